@@ -1,0 +1,6 @@
+"""Framework callbacks, importable as ``sysmetrics.integrations.<framework>``.
+
+Each module imports its framework, so import the one you use; installing the
+matching extra (``sysmetrics[lightning]``, ``[transformers]``, ``[keras]``)
+brings the framework in.
+"""

@@ -1,0 +1,67 @@
+"""The collector protocol: one source each, flat ``{key: float}`` samples."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal, Protocol, runtime_checkable
+
+Aggregation = Literal["mean", "last", "peak"]
+"""How the monitor folds a key's samples between two snapshots.
+
+``mean``: gauges, averaged over the window. ``last``: cumulative counters, the latest
+value. ``peak``: gauges averaged, plus a ``<key>.max`` companion with the window's maximum.
+"""
+
+MiB = 1024 * 1024
+
+
+@runtime_checkable
+class Collector(Protocol):
+    """What :class:`~sysmetrics.SystemMonitor` needs of a metric source.
+
+    ``sample`` runs on the monitor's thread; when it raises, the monitor disables the
+    collector with one warning and keeps the others sampling.
+    """
+
+    name: str
+
+    def sample(self) -> Mapping[str, float]:
+        """Read the source now and return flat ``{key: value}`` in the keys' units."""
+        ...
+
+    def aggregation(self, key: str) -> Aggregation:
+        """How the monitor aggregates ``key`` between snapshots."""
+        ...
+
+    def close(self) -> None:
+        """Free handles; called once when the monitor stops."""
+        ...
+
+
+class BaseCollector:
+    """Convenience base: aggregation looked up by the key's last dotted part.
+
+    Subclasses list the last parts of their cumulative keys in ``last_keys`` and of
+    their memory gauges that get a ``.max`` companion in ``peak_keys``; every other key
+    is averaged.
+    """
+
+    name = "collector"
+    last_keys: frozenset[str] = frozenset()
+    peak_keys: frozenset[str] = frozenset()
+
+    def sample(self) -> Mapping[str, float]:
+        """Read the source; subclasses implement it."""
+        raise NotImplementedError
+
+    def aggregation(self, key: str) -> Aggregation:
+        """``last``, ``peak`` or ``mean`` for ``key``, from the class's key lists."""
+        leaf = key.rsplit(".", 1)[-1]
+        if leaf in self.last_keys:
+            return "last"
+        if leaf in self.peak_keys:
+            return "peak"
+        return "mean"
+
+    def close(self) -> None:
+        """Nothing to free by default."""

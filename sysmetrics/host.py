@@ -1,0 +1,296 @@
+"""Where the host numbers come from: Linux procfs read directly, or psutil elsewhere.
+
+Both sources answer the same small set of questions in the same units, so the
+collectors are written once. On Linux :class:`ProcfsSource` reads the same
+``/proc`` files psutil would, without psutil's per-call overhead, and its
+``root`` can point at a captured procfs tree. :class:`PsutilSource` serves
+macOS, Windows and Linux systems without procfs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Protocol
+
+SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """One process's counters.
+
+    Attributes:
+        cpu_seconds: user + system CPU time of the process, seconds.
+        children_cpu_seconds: user + system CPU time of its children that it has
+            waited for (reaped), including theirs, seconds.
+        threads: number of threads.
+        rss_bytes: resident set size, bytes.
+        start_time: when the process started, seconds since the epoch.
+    """
+
+    cpu_seconds: float
+    children_cpu_seconds: float
+    threads: int
+    rss_bytes: int
+    start_time: float
+
+
+class HostSource(Protocol):
+    """The host readings the collectors need; every method may raise ``OSError``."""
+
+    def cpu_times(self) -> list[tuple[float, float]]:
+        """Per core, cumulative (busy, total) CPU time, in any one unit."""
+
+    def memory(self) -> tuple[int, int]:
+        """System memory (total, available), bytes."""
+
+    def disk_io(self) -> tuple[int, int]:
+        """Cumulative (read, written) bytes over the whole disks of the system."""
+
+    def net_io(self) -> tuple[int, int]:
+        """Cumulative (sent, received) bytes over every interface, loopback included."""
+
+    def disk_usage(self, path: str) -> tuple[int, int, float]:
+        """(used bytes, total bytes, used percent) of the filesystem holding ``path``."""
+
+    def process(self, pid: int) -> ProcStat | None:
+        """Counters of process ``pid``, or None when it no longer exists."""
+
+    def children(self, pid: int) -> list[int]:
+        """Direct children of ``pid`` (empty when it no longer exists)."""
+
+    def cpu_count(self, pid: int) -> int:
+        """Number of CPUs ``pid`` may run on (its affinity mask)."""
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="ascii", errors="replace") as f:
+        return f.read()
+
+
+class ProcfsSource:
+    """Linux procfs read directly.
+
+    Args:
+        root: the procfs mount, ``/proc`` by default; point it at a captured tree in tests.
+        sys_block: the folder listing whole block devices (``/sys/block``), used to
+            leave partitions out of disk I/O as psutil does.
+    """
+
+    def __init__(self, root: str = "/proc", sys_block: str = "/sys/block") -> None:
+        self.root = root
+        self._tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._boot_time = 0.0
+        for line in _read(f"{root}/stat").splitlines():
+            if line.startswith("btime "):
+                self._boot_time = float(line.split()[1])
+        try:
+            self._disks: frozenset[str] | None = frozenset(
+                name.replace("!", "/") for name in os.listdir(sys_block)
+            )
+        except OSError:
+            self._disks = None
+
+    def cpu_times(self) -> list[tuple[float, float]]:
+        """Per core (busy, total) clock ticks from ``/proc/stat``, as psutil counts them."""
+        out = []
+        for line in _read(f"{self.root}/stat").splitlines():
+            if not line.startswith("cpu") or line[3] == " ":
+                if out:
+                    break  # per-core lines are contiguous
+                continue
+            f = [float(x) for x in line.split()[1:]]
+            # user nice system idle iowait irq softirq steal [guest guest_nice]; guest
+            # time is already inside user and nice.
+            total = sum(f[:8])
+            idle = f[3] + f[4]
+            out.append((total - idle, total))
+        return out
+
+    def memory(self) -> tuple[int, int]:
+        """(MemTotal, MemAvailable) from ``/proc/meminfo``, bytes."""
+        fields: dict[str, int] = {}
+        for line in _read(f"{self.root}/meminfo").splitlines():
+            name, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts:
+                fields[name] = int(parts[0]) * 1024
+        total = fields["MemTotal"]
+        available = fields.get("MemAvailable")
+        if available is None:  # kernels before 3.14
+            available = fields["MemFree"] + fields.get("Buffers", 0) + fields.get("Cached", 0)
+        return total, available
+
+    def disk_io(self) -> tuple[int, int]:
+        """Sectors read and written by whole disks in ``/proc/diskstats``, as bytes."""
+        read = written = 0
+        for line in _read(f"{self.root}/diskstats").splitlines():
+            f = line.split()
+            if len(f) < 10 or (self._disks is not None and f[2] not in self._disks):
+                continue
+            read += int(f[5])
+            written += int(f[9])
+        return read * SECTOR_BYTES, written * SECTOR_BYTES
+
+    def net_io(self) -> tuple[int, int]:
+        """Bytes sent and received by every interface of this network namespace."""
+        sent = recv = 0
+        for line in _read(f"{self.root}/net/dev").splitlines()[2:]:
+            _, _, rest = line.partition(":")
+            f = rest.split()
+            recv += int(f[0])
+            sent += int(f[8])
+        return sent, recv
+
+    def disk_usage(self, path: str) -> tuple[int, int, float]:
+        """``statvfs`` of ``path``, with psutil's percent (of the space users can reach)."""
+        return _statvfs_usage(path)
+
+    def process(self, pid: int) -> ProcStat | None:
+        """Parse ``/proc/<pid>/stat`` (one read gives CPU, threads, RSS and start time)."""
+        try:
+            text = _read(f"{self.root}/{pid}/stat")
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        f = text[text.rindex(")") + 2 :].split()
+        # f[0] is field 3 (state); field n is f[n - 3].
+        tick = self._tick
+        return ProcStat(
+            cpu_seconds=(int(f[11]) + int(f[12])) / tick,
+            children_cpu_seconds=(int(f[13]) + int(f[14])) / tick,
+            threads=int(f[17]),
+            rss_bytes=int(f[21]) * self._page,
+            start_time=self._boot_time + int(f[19]) / tick,
+        )
+
+    def children(self, pid: int) -> list[int]:
+        """Read ``/proc/<pid>/task/<tid>/children`` for each thread: no scan of all processes."""
+        task = f"{self.root}/{pid}/task"
+        out: list[int] = []
+        try:
+            tids = os.listdir(task)
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                out.extend(int(c) for c in _read(f"{task}/{tid}/children").split())
+            except OSError:
+                continue  # the thread ended between listdir and read
+        return out
+
+    def cpu_count(self, pid: int) -> int:
+        """Size of the affinity mask of ``pid`` (cpusets included)."""
+        try:
+            return len(os.sched_getaffinity(pid))
+        except (AttributeError, OSError):
+            return os.cpu_count() or 1
+
+    @staticmethod
+    def supported(root: str = "/proc") -> bool:
+        """Whether ``root`` is a procfs with the per-thread ``children`` files we need."""
+        tid = os.getpid()
+        return os.path.exists(f"{root}/stat") and os.path.exists(
+            f"{root}/{tid}/task/{tid}/children"
+        )
+
+
+def _statvfs_usage(path: str) -> tuple[int, int, float]:
+    st = os.statvfs(path)
+    total = st.f_blocks * st.f_frsize
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    reachable = used + st.f_bavail * st.f_frsize
+    return used, total, (used / reachable * 100.0 if reachable else 0.0)
+
+
+class PsutilSource:
+    """psutil, for systems without procfs (macOS, Windows).
+
+    Args:
+        psutil_module: the psutil module (injectable for tests); imported when omitted.
+    """
+
+    def __init__(self, psutil_module: ModuleType | None = None) -> None:
+        if psutil_module is None:
+            import psutil as psutil_module
+        self.psutil = psutil_module
+        self._procs: dict[int, object] = {}
+
+    def cpu_times(self) -> list[tuple[float, float]]:
+        """Per core (busy, total) seconds, busy as psutil's ``cpu_percent`` counts it."""
+        out = []
+        for t in self.psutil.cpu_times(percpu=True):
+            d = t._asdict()
+            total = sum(d.values()) - d.get("guest", 0.0) - d.get("guest_nice", 0.0)
+            out.append((total - d["idle"] - d.get("iowait", 0.0), total))
+        return out
+
+    def memory(self) -> tuple[int, int]:
+        """(total, available) bytes from ``psutil.virtual_memory()``."""
+        vm = self.psutil.virtual_memory()
+        return int(vm.total), int(vm.available)
+
+    def disk_io(self) -> tuple[int, int]:
+        """(read, written) bytes from ``psutil.disk_io_counters()``; zeros when it has none."""
+        io = self.psutil.disk_io_counters()
+        return (int(io.read_bytes), int(io.write_bytes)) if io else (0, 0)
+
+    def net_io(self) -> tuple[int, int]:
+        """(sent, received) bytes from ``psutil.net_io_counters()``."""
+        io = self.psutil.net_io_counters()
+        return int(io.bytes_sent), int(io.bytes_recv)
+
+    def disk_usage(self, path: str) -> tuple[int, int, float]:
+        """``psutil.disk_usage(path)`` as (used, total, percent)."""
+        du = self.psutil.disk_usage(path)
+        return int(du.used), int(du.total), float(du.percent)
+
+    def _proc(self, pid: int) -> object:
+        proc = self._procs.get(pid)
+        if proc is None:
+            proc = self._procs[pid] = self.psutil.Process(pid)
+        return proc
+
+    def process(self, pid: int) -> ProcStat | None:
+        """Counters of ``pid`` through one ``psutil.Process.oneshot()``."""
+        ps = self.psutil
+        try:
+            proc = self._proc(pid)
+            with proc.oneshot():  # type: ignore[attr-defined]
+                t = proc.cpu_times()  # type: ignore[attr-defined]
+                return ProcStat(
+                    cpu_seconds=t.user + t.system,
+                    children_cpu_seconds=getattr(t, "children_user", 0.0)
+                    + getattr(t, "children_system", 0.0),
+                    threads=proc.num_threads(),  # type: ignore[attr-defined]
+                    rss_bytes=proc.memory_info().rss,  # type: ignore[attr-defined]
+                    start_time=proc.create_time(),  # type: ignore[attr-defined]
+                )
+        except (ps.NoSuchProcess, ps.ZombieProcess):
+            self._procs.pop(pid, None)
+            return None
+
+    def children(self, pid: int) -> list[int]:
+        """Direct children of ``pid`` (psutil scans the process table to find them)."""
+        ps = self.psutil
+        try:
+            return [c.pid for c in self._proc(pid).children()]  # type: ignore[attr-defined]
+        except (ps.NoSuchProcess, ps.ZombieProcess):
+            return []
+
+    def cpu_count(self, pid: int) -> int:
+        """Affinity of ``pid`` where the OS has one (not macOS), else the logical CPU count."""
+        try:
+            return len(self._proc(pid).cpu_affinity())  # type: ignore[attr-defined]
+        except (AttributeError, self.psutil.Error):
+            return self.psutil.cpu_count() or 1
+
+
+def default_source() -> HostSource:
+    """Procfs on Linux when it has what we need, psutil everywhere else."""
+    if sys.platform.startswith("linux") and ProcfsSource.supported():
+        return ProcfsSource()
+    return PsutilSource()
