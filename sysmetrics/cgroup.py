@@ -49,6 +49,7 @@ class Cgroup:
         memory_dirs: folders of the memory controller from the process's own cgroup
             up to the controller's mount point.
         cpu_dirs: the same for the CPU controller.
+
     """
 
     version: int

@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
 
@@ -29,6 +29,7 @@ class ProcStat:
         threads: number of threads.
         rss_bytes: resident set size, bytes.
         start_time: when the process started, seconds since the epoch.
+
     """
 
     cpu_seconds: float
@@ -78,6 +79,7 @@ class ProcfsSource:
         root: the procfs mount, ``/proc`` by default; point it at a captured tree in tests.
         sys_block: the folder listing whole block devices (``/sys/block``), used to
             leave partitions out of disk I/O as psutil does.
+
     """
 
     def __init__(self, root: str = "/proc", sys_block: str = "/sys/block") -> None:
@@ -97,7 +99,7 @@ class ProcfsSource:
 
     def cpu_times(self) -> list[tuple[float, float]]:
         """Per core (busy, total) clock ticks from ``/proc/stat``, as psutil counts them."""
-        out = []
+        out: list[tuple[float, float]] = []
         for line in _read(f"{self.root}/stat").splitlines():
             if not line.startswith("cpu") or line[3] == " ":
                 if out:
@@ -113,12 +115,14 @@ class ProcfsSource:
 
     def memory(self) -> tuple[int, int]:
         """(MemTotal, MemAvailable) from ``/proc/meminfo``, bytes."""
+        wanted = {"MemTotal", "MemAvailable", "MemFree", "Buffers", "Cached"}
         fields: dict[str, int] = {}
         for line in _read(f"{self.root}/meminfo").splitlines():
             name, _, rest = line.partition(":")
-            parts = rest.split()
-            if parts:
-                fields[name] = int(parts[0]) * 1024
+            if name in wanted:
+                fields[name] = int(rest.split()[0]) * 1024
+                if len(fields) == len(wanted):
+                    break  # they are the first five lines
         total = fields["MemTotal"]
         available = fields.get("MemAvailable")
         if available is None:  # kernels before 3.14
@@ -211,17 +215,20 @@ class PsutilSource:
 
     Args:
         psutil_module: the psutil module (injectable for tests); imported when omitted.
+
     """
 
     def __init__(self, psutil_module: ModuleType | None = None) -> None:
         if psutil_module is None:
-            import psutil as psutil_module
-        self.psutil = psutil_module
-        self._procs: dict[int, object] = {}
+            import psutil
+
+            psutil_module = psutil
+        self.psutil: Any = psutil_module
+        self._procs: dict[int, Any] = {}
 
     def cpu_times(self) -> list[tuple[float, float]]:
         """Per core (busy, total) seconds, busy as psutil's ``cpu_percent`` counts it."""
-        out = []
+        out: list[tuple[float, float]] = []
         for t in self.psutil.cpu_times(percpu=True):
             d = t._asdict()
             total = sum(d.values()) - d.get("guest", 0.0) - d.get("guest_nice", 0.0)
@@ -248,7 +255,7 @@ class PsutilSource:
         du = self.psutil.disk_usage(path)
         return int(du.used), int(du.total), float(du.percent)
 
-    def _proc(self, pid: int) -> object:
+    def _proc(self, pid: int) -> Any:
         proc = self._procs.get(pid)
         if proc is None:
             proc = self._procs[pid] = self.psutil.Process(pid)
@@ -259,15 +266,15 @@ class PsutilSource:
         ps = self.psutil
         try:
             proc = self._proc(pid)
-            with proc.oneshot():  # type: ignore[attr-defined]
-                t = proc.cpu_times()  # type: ignore[attr-defined]
+            with proc.oneshot():
+                t = proc.cpu_times()
                 return ProcStat(
                     cpu_seconds=t.user + t.system,
                     children_cpu_seconds=getattr(t, "children_user", 0.0)
                     + getattr(t, "children_system", 0.0),
-                    threads=proc.num_threads(),  # type: ignore[attr-defined]
-                    rss_bytes=proc.memory_info().rss,  # type: ignore[attr-defined]
-                    start_time=proc.create_time(),  # type: ignore[attr-defined]
+                    threads=proc.num_threads(),
+                    rss_bytes=proc.memory_info().rss,
+                    start_time=proc.create_time(),
                 )
         except (ps.NoSuchProcess, ps.ZombieProcess):
             self._procs.pop(pid, None)
@@ -277,14 +284,14 @@ class PsutilSource:
         """Direct children of ``pid`` (psutil scans the process table to find them)."""
         ps = self.psutil
         try:
-            return [c.pid for c in self._proc(pid).children()]  # type: ignore[attr-defined]
+            return [c.pid for c in self._proc(pid).children()]
         except (ps.NoSuchProcess, ps.ZombieProcess):
             return []
 
     def cpu_count(self, pid: int) -> int:
         """Affinity of ``pid`` where the OS has one (not macOS), else the logical CPU count."""
         try:
-            return len(self._proc(pid).cpu_affinity())  # type: ignore[attr-defined]
+            return len(self._proc(pid).cpu_affinity())
         except (AttributeError, self.psutil.Error):
             return self.psutil.cpu_count() or 1
 

@@ -97,6 +97,7 @@ class SystemMonitor:
     Raises:
         TypeError, ValueError: an option is unknown or has an invalid value; the message
             names it, the value, and what is allowed.
+
     """
 
     def __init__(
@@ -119,7 +120,9 @@ class SystemMonitor:
         self.interval = _check_interval(interval)
         self.disk_paths = _check_disk_paths(disk_paths)
         if not isinstance(track_process_tree, bool):
-            raise TypeError(f"track_process_tree={track_process_tree!r} is invalid: use True or False")
+            raise TypeError(
+                f"track_process_tree={track_process_tree!r} is invalid: use True or False"
+            )
         self.track_process_tree = track_process_tree
         if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
             raise ValueError(f"pid={pid!r} is invalid: it must be a positive process id")
@@ -160,6 +163,7 @@ class SystemMonitor:
 
         Raises:
             RuntimeError: the monitor was already stopped; create a new one.
+
         """
         if self._state == "running":
             return self
@@ -182,6 +186,7 @@ class SystemMonitor:
             timeout: seconds to wait for a sample in progress; by default the interval
                 plus a second. If a collector is stuck past that, the (daemon) thread is
                 left behind, and neither the last sample nor the closing is attempted.
+
         """
         if self._state != "running":
             self._state = "stopped"
@@ -280,6 +285,7 @@ class SystemMonitor:
             and ``<key>.max`` for memory gauges. Keys whose collector reported nothing in
             the window repeat their latest value while their collector still reports
             them; keys of a disabled collector are dropped. Empty before ``start()``.
+
         """
         out: dict[str, float] = {}
         with self._lock:

@@ -213,7 +213,9 @@ def test_descendants_found_without_scanning_all_processes() -> None:
     if not ProcfsSource.supported():
         pytest.skip("needs Linux /proc/<pid>/task/<tid>/children")
     source = ProcfsSource()
-    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]
+    children = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)
+    ]
     try:
         found = set(source.children(os.getpid()))
         assert {c.pid for c in children} <= found

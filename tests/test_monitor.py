@@ -129,7 +129,9 @@ def test_empty_window_repeats_latest_values() -> None:
     m = SystemMonitor(interval=0.01, collectors=[c]).start()
     try:
         m.snapshot()
-        c.feed({"gauge": 4.0, "counter": 2.0, "peak": 8.0}, {"gauge": 6.0, "counter": 3.0, "peak": 2.0})
+        c.feed(
+            {"gauge": 4.0, "counter": 2.0, "peak": 8.0}, {"gauge": 6.0, "counter": 3.0, "peak": 2.0}
+        )
         c.wait_entered(4)
         assert m.snapshot() == {"gauge": 5.0, "counter": 3.0, "peak": 5.0, "peak.max": 8.0}
         # No sample since: the latest values, never an empty dict.
@@ -303,7 +305,9 @@ def test_missing_disk_path_is_rejected(tmp_path: os.PathLike[str]) -> None:
 
 
 def test_unknown_option_is_rejected_with_a_suggestion() -> None:
-    with pytest.raises(TypeError, match=r"unknown option 'intervall' \(did you mean 'interval'\?\)"):
+    with pytest.raises(
+        TypeError, match=r"unknown option 'intervall' \(did you mean 'interval'\?\)"
+    ):
         SystemMonitor(intervall=1.0)
 
 

@@ -33,6 +33,7 @@ class ProcessCollector(BaseCollector):
         pid: the root process.
         track_process_tree: include descendants (DataLoader workers, spawned helpers).
         cgroup: the root's cgroup, for the CPU quota and memory limit.
+
     """
 
     name = "process"
@@ -86,10 +87,8 @@ class ProcessCollector(BaseCollector):
             raise ProcessLookupError(f"process {self.pid} no longer exists")
 
         cpu = self._cpu_seconds(stats, wall)
-        if self._prev:
-            elapsed = mono - self._prev_time
-        else:  # first sample: the average since the root started
-            elapsed = wall - stats[self.pid][0].start_time
+        # The first sample is the average since the root started.
+        elapsed = mono - self._prev_time if self._prev else wall - stats[self.pid][0].start_time
         self._prev, self._prev_time, self._prev_wall = stats, mono, wall
 
         rss = sum(st.rss_bytes for st, _ in stats.values())
