@@ -1,0 +1,34 @@
+# Two commands set up and run everything on a fresh machine (Python 3.9+ with venv):
+#   make demo   - create .venv, install sysmetrics with its test and dev extras, run the demo
+#   make test   - the same setup, then the whole test suite
+# constraints.txt pins what the dev/test setup installs (torch's CPU build among them).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+comma := ,
+EXTRAS ?= test,dev
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/python examples/host_demo.py
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/host_sample.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
