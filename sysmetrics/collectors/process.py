@@ -77,12 +77,17 @@ class ProcessCollector(BaseCollector):
 
     def sample(self) -> dict[str, float]:
         """CPU percent, threads, RSS and memory percent of the process (tree)."""
-        mono, wall = time.monotonic(), time.time()
+        tree = self.tree()
+        # Time-stamp the counter reads themselves, not the tree walk before them: under a
+        # busy training thread every read can wait for the GIL, and a stamp taken far from
+        # the reads turns that wait into phantom CPU percent.
+        start, wall = time.monotonic(), time.time()
         stats: dict[int, tuple[ProcStat, int]] = {}
-        for pid, parent in self.tree():
+        for pid, parent in tree:
             st = self.source.process(pid)
             if st is not None:
                 stats[pid] = (st, parent)
+        mono = (start + time.monotonic()) / 2
         if self.pid not in stats:
             raise ProcessLookupError(f"process {self.pid} no longer exists")
 
