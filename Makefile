@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 comma := ,
-EXTRAS ?= test,dev
+EXTRAS ?= test,dev,lightning,transformers,keras
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: demo test lint bench clean

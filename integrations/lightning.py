@@ -1,0 +1,112 @@
+"""PyTorch Lightning: ``Trainer(callbacks=[SystemMetricsCallback()])``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import Callback
+
+from sysmetrics.callback import CallbackCore
+
+
+class SystemMetricsCallback(Callback):
+    """Log system metrics to every logger in ``trainer.loggers``, on the trainer's step axis.
+
+    The monitor starts in ``on_train_start`` and stops at the end of training or on an
+    exception. With ``logging_interval="step"`` the metrics are logged at the steps the
+    trainer logs its own metrics (``Trainer(log_every_n_steps=...)``, or this callback's
+    ``log_every_n_steps``) with the trainer's step, so ``system/cpu`` at step N sits beside
+    ``train_loss`` at step N. With ``"epoch"`` they are logged once per training epoch, at
+    the step of the epoch-level metrics. Each point is the aggregate since the previous
+    one (see :meth:`sysmetrics.SystemMonitor.snapshot`).
+
+    Keys: every key of :class:`sysmetrics.SystemMonitor` (``cpu``, ``proc.memory.rssMB``,
+    ``disk./.usagePercent``, ...; see the README's table), after ``prefix`` joined with
+    each logger's ``group_separator``.
+
+    In distributed training the local rank 0 of each node samples and global rank 0 logs,
+    so there is one point per logging step; no collective call is made.
+
+    Args:
+        interval: seconds between samples.
+        logging_interval: ``"step"`` or ``"epoch"``.
+        log_every_n_steps: log every this many optimizer steps; None follows the trainer.
+        prefix: put before every key (default ``system/``).
+        include: glob patterns of keys to keep (default all), e.g. ``["cpu", "proc.*"]``.
+        exclude: glob patterns of keys to leave out.
+        **monitor_options: passed to :class:`sysmetrics.SystemMonitor`.
+
+    Raises:
+        TypeError, ValueError: an invalid option, at construction.
+        MisconfigurationException: at setup, when the trainer has no logger.
+
+    """
+
+    def __init__(
+        self,
+        interval: float = 1.0,
+        logging_interval: str = "step",
+        log_every_n_steps: int | None = None,
+        prefix: str = "system/",
+        include: str | Iterable[str] | None = None,
+        exclude: str | Iterable[str] | None = None,
+        **monitor_options: Any,
+    ) -> None:
+        self.core = CallbackCore(
+            interval, logging_interval, log_every_n_steps, prefix, include, exclude,
+            **monitor_options,
+        )  # fmt: skip
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit" and not trainer.loggers:
+            raise MisconfigurationException(
+                "SystemMetricsCallback has nothing to log to: the Trainer has no logger "
+                "(logger=False). Give it a logger, or remove the callback."
+            )
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.core.start(sample=trainer.local_rank == 0)
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if self.core.monitor is None or not trainer.is_global_zero:
+            return
+        epoch_loop = trainer.fit_loop.epoch_loop
+        if trainer.fit_loop._should_accumulate():
+            return  # no optimizer step, and the trainer logs nothing either
+        # The same gate and step the trainer uses for its own metrics at this point.
+        step = epoch_loop._batches_that_stepped
+        if self.core.due(step + 1, trainer._logger_connector.should_update_logs):
+            self._log(trainer, step)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.core.logging_interval == "epoch" and trainer.is_global_zero:
+            # Epoch-level metrics are logged at the last step of the epoch.
+            self._log(trainer, trainer.fit_loop.epoch_loop._batches_that_stepped - 1)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.core.stop()
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self.core.stop()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.core.stop()
+
+    def _log(self, trainer: pl.Trainer, step: int) -> None:
+        snapshot = self.core.snapshot()  # one window, shared by every logger
+        for logger in trainer.loggers:
+            metrics = self.core.named(snapshot, getattr(logger, "group_separator", "/"))
+            if metrics:
+                logger.log_metrics(metrics, step=step)

@@ -1,0 +1,158 @@
+"""Lightning: real training on CPU, read back from CSVLogger and TensorBoardLogger files."""
+
+from __future__ import annotations
+
+import csv
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pl = pytest.importorskip("lightning.pytorch", reason="needs the [lightning] extra")
+torch = pytest.importorskip("torch")
+event_accumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator", reason="needs tensorboard"
+)
+
+from lightning.fabric.utilities.exceptions import MisconfigurationException  # noqa: E402
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from sysmetrics.integrations.lightning import SystemMetricsCallback  # noqa: E402
+
+
+class TinyModel(pl.LightningModule):
+    def __init__(self, fail_at: int | None = None, sleep: float = 0.0) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 1)
+        self.fail_at = fail_at
+        self.sleep = sleep
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if self.fail_at is not None and self.global_step == self.fail_at:
+            raise RuntimeError("boom")
+        if self.sleep:
+            time.sleep(self.sleep)
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("train_loss", loss, on_step=True, on_epoch=True)
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def loader(batches: int = 8) -> DataLoader[Any]:
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(
+        torch.randn(batches * 4, 8, generator=g), torch.randn(batches * 4, 1, generator=g)
+    )
+    return DataLoader(data, batch_size=4)
+
+
+def fit(tmp_path: Path, callback: SystemMetricsCallback, epochs: int = 2, **kw: Any) -> Path:
+    model = kw.pop("model", None) or TinyModel()
+    csv_logger = CSVLogger(tmp_path, name="csv")
+    tb_logger = TensorBoardLogger(tmp_path, name="tb")
+    trainer = pl.Trainer(
+        max_epochs=epochs, logger=[csv_logger, tb_logger], callbacks=[callback],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        accelerator="cpu", devices=1, **kw,
+    )  # fmt: skip
+    trainer.fit(model, loader())
+    return tmp_path
+
+
+def csv_rows(root: Path) -> list[dict[str, str]]:
+    (path,) = root.glob("csv/version_0/metrics.csv")
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def steps_with(rows: list[dict[str, str]], column: str) -> list[int]:
+    return sorted(int(r["step"]) for r in rows if r.get(column))
+
+
+def tb_steps(root: Path, tag: str) -> list[int]:
+    (events,) = root.glob("tb/version_0/events.out.tfevents.*")
+    acc = event_accumulator.EventAccumulator(str(events))
+    acc.Reload()
+    if tag not in acc.Tags()["scalars"]:
+        return []
+    return sorted(e.step for e in acc.Scalars(tag))
+
+
+def test_step_metrics_sit_beside_the_loss(tmp_path: Path) -> None:
+    fit(tmp_path, SystemMetricsCallback(interval=0.05), log_every_n_steps=3)
+    rows = csv_rows(tmp_path)
+    loss_steps = steps_with(rows, "train_loss_step")
+    assert loss_steps == [2, 5, 8, 11, 14]  # 16 steps, logged every 3
+    for key in ("system/cpu", "system/proc.memory.rssMB", "system/proc.memory.rssMB.max",
+                "system/memory", "system/disk./.usagePercent", "system/network.sent"):  # fmt: skip
+        assert steps_with(rows, key) == loss_steps, key
+    assert tb_steps(tmp_path, "system/cpu") == tb_steps(tmp_path, "train_loss_step") == loss_steps
+    rss = [float(r["system/proc.memory.rssMB"]) for r in rows if r.get("system/proc.memory.rssMB")]
+    assert all(50 < v < 5000 for v in rss)
+
+
+def test_epoch_metrics_once_per_epoch_at_the_epoch_step(tmp_path: Path) -> None:
+    fit(tmp_path, SystemMetricsCallback(interval=0.05, logging_interval="epoch"), epochs=3)
+    rows = csv_rows(tmp_path)
+    epoch_steps = steps_with(rows, "train_loss_epoch")
+    assert epoch_steps == [7, 15, 23]
+    assert steps_with(rows, "system/cpu") == epoch_steps
+    assert tb_steps(tmp_path, "system/cpu") == epoch_steps
+
+
+def test_own_cadence_include_exclude_and_prefix(tmp_path: Path) -> None:
+    cb = SystemMetricsCallback(
+        interval=0.05, log_every_n_steps=4, prefix="sys/", include=["cpu*", "proc.*"],
+        exclude="*.max",
+    )  # fmt: skip
+    fit(tmp_path, cb, log_every_n_steps=50)
+    rows = csv_rows(tmp_path)
+    assert steps_with(rows, "sys/cpu") == [3, 7, 11, 15]
+    keys = {k for r in rows for k, v in r.items() if v and k.startswith("sys/")}
+    assert "sys/proc.memory.rssMB" in keys and "sys/cpu.0.cpu_percent" in keys
+    assert not any(k.endswith(".max") or k.startswith("sys/disk") for k in keys)
+
+
+def test_fast_steps_still_log_values_every_time(tmp_path: Path) -> None:
+    """Steps far shorter than the interval: each logging step still gets every key."""
+    fit(tmp_path, SystemMetricsCallback(interval=30.0), log_every_n_steps=1)
+    rows = csv_rows(tmp_path)
+    assert steps_with(rows, "system/cpu") == list(range(16))
+    assert steps_with(rows, "system/memory") == list(range(16))
+
+
+def test_failing_training_step_leaves_no_sampler_thread(tmp_path: Path) -> None:
+    cb = SystemMetricsCallback(interval=0.05)
+    with pytest.raises(RuntimeError, match="boom"):
+        fit(tmp_path, cb, model=TinyModel(fail_at=3))
+    assert cb.core.monitor is None
+    assert "sysmetrics-monitor" not in [t.name for t in threading.enumerate()]
+
+
+def test_no_logger_is_a_clear_error_at_setup(tmp_path: Path) -> None:
+    trainer = pl.Trainer(max_epochs=1, logger=False, callbacks=[SystemMetricsCallback()],
+                         enable_progress_bar=False, default_root_dir=tmp_path)  # fmt: skip
+    with pytest.raises(MisconfigurationException, match="no logger"):
+        trainer.fit(TinyModel(), loader())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"logging_interval": "batch"}, "logging_interval='batch' is invalid"),
+        ({"log_every_n_steps": 0}, "log_every_n_steps=0 is invalid"),
+        ({"interval": -1}, "interval=-1 is invalid"),
+        ({"intervall": 1}, "unknown option 'intervall'"),
+        ({"include": [""]}, "include contains ''"),
+        ({"disk_paths": ["/nope/nope"]}, "does not exist"),
+    ],
+)
+def test_bad_options_fail_at_construction(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=match):
+        SystemMetricsCallback(**kwargs)
