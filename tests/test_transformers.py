@@ -1,0 +1,114 @@
+"""transformers: a real Trainer on a tiny config-built model, read back from TensorBoard files
+and ``state.log_history``. Nothing is downloaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+transformers = pytest.importorskip("transformers", reason="needs the [transformers] extra")
+torch = pytest.importorskip("torch")
+event_accumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator", reason="needs tensorboard"
+)
+
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
+
+from sysmetrics.integrations.transformers import SystemMetricsCallback  # noqa: E402
+
+
+class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
+    def __init__(self, n: int = 32) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, 64, (n, 8), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def train(tmp_path: Path, callback: SystemMetricsCallback, **args: Any) -> Trainer:
+    config = GPT2Config(
+        vocab_size=64,
+        n_positions=16,
+        n_embd=16,
+        n_layer=1,
+        n_head=2,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    torch.manual_seed(0)
+    defaults: dict[str, Any] = {
+        "output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 4,
+        "num_train_epochs": 2, "report_to": ["tensorboard"],
+        "save_strategy": "no", "use_cpu": True, "disable_tqdm": True, "logging_steps": 3,
+    }  # fmt: skip
+    defaults.update(args)
+    trainer = Trainer(
+        model=GPT2LMHeadModel(config), args=TrainingArguments(**defaults),
+        train_dataset=Tokens(), eval_dataset=Tokens(8), callbacks=[callback],
+    )  # fmt: skip
+    trainer.train()
+    return trainer
+
+
+def tb_scalars(tmp_path: Path) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for events in tmp_path.glob("out/**/events.out.tfevents.*"):
+        acc = event_accumulator.EventAccumulator(str(events))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            out.setdefault(tag, []).extend(e.step for e in acc.Scalars(tag))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def history_steps(trainer: Trainer, key: str) -> list[int]:
+    return [h["step"] for h in trainer.state.log_history if key in h]
+
+
+def test_step_metrics_reach_tensorboard_and_log_history(tmp_path: Path) -> None:
+    trainer = train(tmp_path, SystemMetricsCallback(interval=0.05), eval_strategy="steps",
+                    eval_steps=6)  # fmt: skip
+    loss_steps = history_steps(trainer, "loss")
+    assert loss_steps == [3, 6, 9, 12, 15]  # 16 steps, logging_steps=3
+    assert history_steps(trainer, "system/cpu") == loss_steps
+    assert history_steps(trainer, "system/proc.memory.rssMB.max") == loss_steps
+    # No system keys on evaluation logs or the final summary.
+    for h in trainer.state.log_history:
+        if "eval_loss" in h or "train_runtime" in h:
+            assert not any(k.startswith("system/") for k in h), h
+    tags = tb_scalars(tmp_path)
+    assert tags["train/system/cpu"] == tags["train/loss"] == loss_steps
+    assert tags["train/system/memory"] == loss_steps
+    rss = [h["system/proc.memory.rssMB"] for h in trainer.state.log_history if "loss" in h]
+    assert all(50 < v < 10000 for v in rss)
+
+
+def test_epoch_strategy(tmp_path: Path) -> None:
+    trainer = train(tmp_path, SystemMetricsCallback(interval=0.05), logging_strategy="epoch",
+                    num_train_epochs=3)  # fmt: skip
+    assert history_steps(trainer, "loss") == [8, 16, 24]
+    assert history_steps(trainer, "system/cpu") == [8, 16, 24]
+    assert tb_scalars(tmp_path)["train/system/cpu"] == [8, 16, 24]
+
+
+def test_epoch_granularity_with_step_logging(tmp_path: Path) -> None:
+    cb = SystemMetricsCallback(interval=0.05, logging_interval="epoch")
+    trainer = train(tmp_path, cb, logging_steps=5)
+    assert history_steps(trainer, "loss") == [5, 8, 10, 15, 16]  # the callback asks for 8, 16
+    assert history_steps(trainer, "system/cpu") == [8, 16]
+
+
+def test_own_cadence_and_fast_steps(tmp_path: Path) -> None:
+    """log_every_n_steps=2 with a 30 s interval: every 2nd step logs, each with values."""
+    cb = SystemMetricsCallback(interval=30.0, log_every_n_steps=2, include=["cpu", "memory"])
+    trainer = train(tmp_path, cb, logging_steps=100)
+    assert history_steps(trainer, "system/cpu") == list(range(2, 17, 2))
+    assert history_steps(trainer, "system/memory") == list(range(2, 17, 2))
+    keys = {k for h in trainer.state.log_history for k in h if k.startswith("system/")}
+    assert keys == {"system/cpu", "system/memory"}
+    assert cb.core.monitor is None  # stopped at the end of training
