@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -7,6 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from sysmetrics import BaseCollector
+
+# Keras picks its backend at first import; the tests use torch's CPU build.
+os.environ.setdefault("KERAS_BACKEND", "torch")
 
 
 @pytest.fixture(autouse=True)
