@@ -1,5 +1,6 @@
 # Two commands set up and run everything on a fresh machine (Python 3.9+ with venv):
-#   make demo   - create .venv, install sysmetrics with its test and dev extras, run the demo
+#   make demo   - create .venv, install sysmetrics with its extras, train a tiny Lightning
+#                 model with SystemMetricsCallback and print the system metrics it logged
 #   make test   - the same setup, then the whole test suite
 # constraints.txt pins what the dev/test setup installs (torch's CPU build among them).
 PYTHON ?= python3
@@ -9,7 +10,7 @@ comma := ,
 EXTRAS ?= test,dev,lightning,transformers,keras
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo test lint bench clean
+.PHONY: demo host-demo test lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +18,9 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $@
 
 demo: $(STAMP)
+	$(BIN)/python examples/lightning_demo.py
+
+host-demo: $(STAMP)
 	$(BIN)/python examples/host_demo.py
 
 test: $(STAMP)
