@@ -1,0 +1,132 @@
+"""What the callbacks cost the training thread per step, measured inside real training.
+
+Run: ``python benchmarks/callback_cost.py``. Each framework trains a tiny model on CPU
+with a ``SystemMetricsCallback`` subclass that times its own per-step hook
+(``perf_counter`` around the real hook) and splits the calls into steps that logged and
+steps that did not. Prints the median µs of each, per framework.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from typing import Any
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
+
+def timed(cls: type, hook: str) -> type:
+    """A subclass of ``cls`` whose ``hook`` records (µs, logged) for each call."""
+
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before = self.core.monitor.snapshot if self.core.monitor else None
+        logged = [False]
+        if before is not None:
+
+            def snap() -> dict[str, float]:
+                logged[0] = True
+                return before()  # type: ignore[no-any-return]
+
+            self.core.monitor.snapshot = snap
+        t = time.perf_counter()
+        try:
+            return getattr(cls, hook)(self, *args, **kwargs)
+        finally:
+            self.samples.append(((time.perf_counter() - t) * 1e6, logged[0]))
+            if before is not None:
+                del self.core.monitor.snapshot
+
+    return type(cls.__name__, (cls,), {hook: wrapper, "samples": []})
+
+
+def report(name: str, samples: list[tuple[float, bool]]) -> None:
+    quiet = [us for us, logged in samples if not logged]
+    loud = [us for us, logged in samples if logged]
+    q = f"{statistics.median(quiet):10.1f}" if quiet else f"{'-':>10}"
+    lo = f"{statistics.median(loud):10.1f}" if loud else f"{'-':>10}"
+    print(f"{name:<14}{q}{lo}{len(quiet):>10}{len(loud):>8}")
+
+
+def lightning() -> list[tuple[float, bool]]:
+    import lightning.pytorch as pl
+    import torch
+    from lightning.pytorch.loggers import CSVLogger
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from sysmetrics.integrations.lightning import SystemMetricsCallback
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(32, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            loss = torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    cb = timed(SystemMetricsCallback, "on_train_batch_end")(interval=1.0)
+    x = torch.randn(4096, 32)
+    trainer = pl.Trainer(
+        max_epochs=2, log_every_n_steps=50, logger=CSVLogger(tempfile.mkdtemp()),
+        callbacks=[cb], enable_progress_bar=False, enable_checkpointing=False,
+        enable_model_summary=False, accelerator="cpu",
+    )  # fmt: skip
+    trainer.fit(Model(), DataLoader(TensorDataset(x, x[:, :1]), batch_size=16))
+    return cb.samples  # type: ignore[no-any-return]
+
+
+def transformers() -> list[tuple[float, bool]]:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    from sysmetrics.integrations.transformers import SystemMetricsCallback
+
+    ids = torch.randint(0, 64, (1024, 8))
+    data = [{"input_ids": i, "labels": i} for i in ids]
+    config = GPT2Config(vocab_size=64, n_positions=8, n_embd=16, n_layer=1, n_head=2,
+                        bos_token_id=0, eos_token_id=0)  # fmt: skip
+    cbs = []
+    for hook in ("on_step_end", "on_log"):
+        cb = timed(SystemMetricsCallback, hook)(interval=1.0)
+        cbs.append(cb)
+    # Two callbacks, each timing one hook; the second one's on_log does the logging.
+    args = TrainingArguments(
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=8, num_train_epochs=1,
+        logging_steps=50, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=data, callbacks=cbs).train()
+    return cbs[0].samples + [s for s in cbs[1].samples if s[1]]  # type: ignore[no-any-return]
+
+
+def keras_() -> list[tuple[float, bool]]:
+    import keras
+    import numpy as np
+
+    from sysmetrics.integrations.keras import SystemMetricsCallback
+
+    cb = timed(SystemMetricsCallback, "on_train_batch_end")(
+        interval=1.0, logging_interval="step", log_every_n_steps=50
+    )
+    x = np.random.default_rng(0).normal(size=(4096, 32)).astype("float32")
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(x, x[:, :1], batch_size=16, epochs=2, verbose=0, callbacks=[cb])
+    return cb.samples  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    results = [("lightning", lightning()), ("transformers", transformers()), ("keras", keras_())]
+    print(f"\n{'framework':<14}{'quiet µs':>10}{'log µs':>10}{'quiet n':>10}{'log n':>8}")
+    for name, samples in results:
+        report(name, samples)
+    print("quiet: per-step hook on a step that does not log; log: one that logs (median)")
+
+
+if __name__ == "__main__":
+    main()
