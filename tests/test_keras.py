@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import importlib.util
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -104,3 +107,33 @@ def test_exception_elsewhere_in_fit_stops_the_sampler_once_handled() -> None:
 def test_bad_options_fail_at_construction() -> None:
     with pytest.raises(ValueError, match="logging_interval='batch' is invalid"):
         SystemMetricsCallback(logging_interval="batch")
+
+
+JAX_SCRIPT = """
+import csv, os, sys
+import keras, numpy as np
+from sysmetrics.integrations.keras import SystemMetricsCallback
+assert keras.backend.backend() == "jax", keras.backend.backend()
+x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+m.compile(optimizer="sgd", loss="mse")
+path = sys.argv[1]
+m.fit(x, x[:, :1], batch_size=16, epochs=2, verbose=0,
+      callbacks=[keras.callbacks.CSVLogger(path), SystemMetricsCallback(interval=0.05)])
+rows = list(csv.DictReader(open(path)))
+assert len(rows) == 2 and all(float(r["system/proc.memory.rssMB"]) > 10 for r in rows), rows
+print("ok")
+"""
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install jax)"
+)
+def test_jax_backend(tmp_path: Path) -> None:
+    """Keras picks its backend once per process, so the jax run is a child process."""
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(
+        [sys.executable, "-c", JAX_SCRIPT, str(tmp_path / "log.csv")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
