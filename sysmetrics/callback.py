@@ -80,8 +80,9 @@ class CallbackCore:
         self.include = _patterns("include", include)
         self.exclude = _patterns("exclude", exclude)
         self.monitor_options: dict[str, Any] = {"interval": interval, **monitor_options}
-        # Validate every monitor option now, with the monitor's own messages.
-        self._fresh: SystemMonitor | None = SystemMonitor(**self.monitor_options)
+        # Validate every monitor option now, with the monitor's own messages. The monitor
+        # itself is made at start, so an unstarted callback pickles (ddp_spawn).
+        SystemMonitor(**self.monitor_options)
         self.monitor: SystemMonitor | None = None
         self._names: dict[tuple[str, str], str | None] = {}
 
@@ -90,8 +91,7 @@ class CallbackCore:
         self.stop()
         if not sample:
             return
-        monitor, self._fresh = self._fresh, None
-        self.monitor = (monitor or SystemMonitor(**self.monitor_options)).start()
+        self.monitor = SystemMonitor(**self.monitor_options).start()
 
     def stop(self) -> None:
         """Stop the monitor if one runs; idempotent."""

@@ -56,10 +56,11 @@ def fit(tmp_path: Path, callback: SystemMetricsCallback, epochs: int = 2, **kw: 
     model = kw.pop("model", None) or TinyModel()
     csv_logger = CSVLogger(tmp_path, name="csv")
     tb_logger = TensorBoardLogger(tmp_path, name="tb")
+    kw.setdefault("devices", 1)
     trainer = pl.Trainer(
         max_epochs=epochs, logger=[csv_logger, tb_logger], callbacks=[callback],
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        accelerator="cpu", devices=1, **kw,
+        accelerator="cpu", **kw,
     )  # fmt: skip
     trainer.fit(model, loader())
     return tmp_path
@@ -156,3 +157,28 @@ def test_no_logger_is_a_clear_error_at_setup(tmp_path: Path) -> None:
 def test_bad_options_fail_at_construction(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises((TypeError, ValueError), match=match):
         SystemMetricsCallback(**kwargs)
+
+
+class RecordingCallback(SystemMetricsCallback):
+    """Writes, per rank, whether it sampled; a module-level class so ddp_spawn can pickle it."""
+
+    def __init__(self, out: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.out = out
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        with open(f"{self.out}/rank{trainer.global_rank}", "w") as f:
+            f.write("sampled" if self.core.monitor is not None else "idle")
+        super().on_train_end(trainer, pl_module)
+
+
+def test_ddp_one_sampler_per_node_and_one_point_per_step(tmp_path: Path) -> None:
+    cb = RecordingCallback(str(tmp_path), interval=0.05)
+    fit(tmp_path, cb, epochs=1, log_every_n_steps=2, strategy="ddp_spawn", devices=2,
+        model=TinyModel())  # fmt: skip
+    assert (tmp_path / "rank0").read_text() == "sampled"
+    assert (tmp_path / "rank1").read_text() == "idle"  # same node: local rank 1 does not sample
+    rows = csv_rows(tmp_path)
+    loss_steps = steps_with(rows, "train_loss_step")
+    assert loss_steps == [1, 3]  # 8 batches over 2 ranks = 4 steps
+    assert steps_with(rows, "system/cpu") == loss_steps  # one point per step, not per rank
