@@ -126,6 +126,11 @@ class SystemMonitor:
         self.track_process_tree = track_process_tree
         if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
             raise ValueError(f"pid={pid!r} is invalid: it must be a positive process id")
+        if pid is not None:
+            import psutil
+
+            if not psutil.pid_exists(pid):
+                raise ValueError(f"pid={pid!r} is invalid: no such process")
         self.pid = os.getpid() if pid is None else pid
         if collectors is None:
             self._collectors: list[Collector] = host_collectors(

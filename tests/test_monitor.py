@@ -316,6 +316,8 @@ def test_bad_collector_and_pid_are_rejected() -> None:
         SystemMonitor(collectors=[object()])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="pid=-3"):
         SystemMonitor(pid=-3)
+    with pytest.raises(ValueError, match="pid=999999999 is invalid: no such process"):
+        SystemMonitor(pid=999_999_999)
     with pytest.raises(TypeError, match="track_process_tree"):
         SystemMonitor(track_process_tree="yes")  # type: ignore[arg-type]
 
