@@ -9,8 +9,8 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import CallbackHandler
 
+from sysmetrics import SystemMetricsWarning
 from sysmetrics.callback import CallbackCore, caller_self
-from sysmetrics.monitor import SystemMetricsWarning
 
 _NOT_TRAINING_LOGS = ("eval_", "test_", "predict_")
 

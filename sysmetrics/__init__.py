@@ -6,8 +6,13 @@ metrics on a background thread; the framework callbacks in
 framework's own loggers. This module imports nothing heavy.
 """
 
-from sysmetrics.collectors.base import Aggregation, BaseCollector, Collector
-from sysmetrics.monitor import SystemMetricsWarning, SystemMonitor
+from sysmetrics.collectors.base import (
+    Aggregation,
+    BaseCollector,
+    Collector,
+    SystemMetricsWarning,
+)
+from sysmetrics.monitor import SystemMonitor
 
 __version__ = "0.1.0"
 

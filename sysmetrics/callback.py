@@ -82,7 +82,7 @@ class CallbackCore:
         self.monitor_options: dict[str, Any] = {"interval": interval, **monitor_options}
         # Validate every monitor option now, with the monitor's own messages. The monitor
         # itself is made at start, so an unstarted callback pickles (ddp_spawn).
-        SystemMonitor(**self.monitor_options)
+        SystemMonitor(**self.monitor_options).stop()
         self.monitor: SystemMonitor | None = None
         self._names: dict[tuple[str, str], str | None] = {}
 

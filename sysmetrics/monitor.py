@@ -16,7 +16,8 @@ from types import TracebackType
 from typing import Union
 
 from sysmetrics.collectors import Collector, host_collectors
-from sysmetrics.collectors.base import Aggregation
+from sysmetrics.collectors.base import Aggregation, SystemMetricsWarning
+from sysmetrics.collectors.nvidia import GpuId
 
 log = logging.getLogger("sysmetrics")
 
@@ -25,11 +26,7 @@ MAX_INTERVAL = 3600.0
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class SystemMetricsWarning(RuntimeWarning):
-    """A collector failed and was disabled; the monitor goes on without it."""
-
-
-_OPTIONS = ("interval", "disk_paths", "track_process_tree", "pid", "collectors")
+_OPTIONS = ("interval", "disk_paths", "track_process_tree", "pid", "gpu_ids", "collectors")
 
 
 def _check_interval(interval: object) -> float:
@@ -92,6 +89,8 @@ class SystemMonitor:
         disk_paths: paths whose filesystems to report as ``disk.{path}.*``; each must exist.
         track_process_tree: include the process's descendants in the process metrics.
         pid: the process to watch; this one by default.
+        gpu_ids: NVIDIA GPUs to watch, as CUDA numbers them under ``CUDA_VISIBLE_DEVICES``
+            (indices) or UUIDs; all by default.
         collectors: use these collectors instead of the default set.
 
     Raises:
@@ -106,6 +105,7 @@ class SystemMonitor:
         disk_paths: PathLike | Iterable[PathLike] = ("/",),
         track_process_tree: bool = True,
         pid: int | None = None,
+        gpu_ids: Sequence[GpuId] | None = None,
         collectors: Sequence[Collector] | None = None,
         **unknown: object,
     ) -> None:
@@ -133,8 +133,14 @@ class SystemMonitor:
                 raise ValueError(f"pid={pid!r} is invalid: no such process")
         self.pid = os.getpid() if pid is None else pid
         if collectors is None:
+            if gpu_ids is not None and (
+                isinstance(gpu_ids, (str, int)) or not isinstance(gpu_ids, Sequence)
+            ):
+                raise TypeError(
+                    f"gpu_ids={gpu_ids!r} is invalid: use a list of CUDA indices or UUIDs"
+                )
             self._collectors: list[Collector] = host_collectors(
-                self.pid, self.disk_paths, self.track_process_tree
+                self.pid, self.disk_paths, self.track_process_tree, gpu_ids=gpu_ids
             )
         else:
             for c in collectors:
@@ -194,6 +200,9 @@ class SystemMonitor:
 
         """
         if self._state != "running":
+            if self._state == "new":  # never started: free what the collectors opened
+                for c in self._collectors:
+                    self._close(c)
             self._state = "stopped"
             return
         self._state = "stopped"

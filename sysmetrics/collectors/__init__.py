@@ -10,6 +10,7 @@ from sysmetrics.collectors.cpu import CPUCollector
 from sysmetrics.collectors.disk import DiskCollector
 from sysmetrics.collectors.memory import MemoryCollector
 from sysmetrics.collectors.network import NetworkCollector
+from sysmetrics.collectors.nvidia import GpuId, NvidiaCollector
 from sysmetrics.collectors.process import ProcessCollector
 from sysmetrics.host import HostSource, default_source
 
@@ -21,6 +22,7 @@ __all__ = [
     "DiskCollector",
     "MemoryCollector",
     "NetworkCollector",
+    "NvidiaCollector",
     "ProcessCollector",
     "host_collectors",
 ]
@@ -31,14 +33,24 @@ def host_collectors(
     disk_paths: Sequence[str] = ("/",),
     track_process_tree: bool = True,
     source: HostSource | None = None,
+    gpu_ids: Sequence[GpuId] | None = None,
 ) -> list[Collector]:
-    """The host collectors (process, CPU, memory, disk, network) for process ``pid``."""
+    """The default collectors for process ``pid``: host ones, and accelerators found here.
+
+    Raises:
+        ValueError: ``gpu_ids`` name GPUs that cannot be watched.
+
+    """
     source = source or default_source()
     cgroup = find_cgroup(pid=pid)
-    return [
+    collectors: list[Collector] = [
         ProcessCollector(source, pid, track_process_tree, cgroup),
         CPUCollector(source),
         MemoryCollector(source, cgroup),
         DiskCollector(source, disk_paths),
         NetworkCollector(source),
     ]
+    nvidia = NvidiaCollector.create(source, pid, gpu_ids, track_process_tree)
+    if nvidia is not None:
+        collectors.append(nvidia)
+    return collectors

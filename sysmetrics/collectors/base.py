@@ -15,6 +15,10 @@ value. ``peak``: gauges averaged, plus a ``<key>.max`` companion with the window
 MiB = 1024 * 1024
 
 
+class SystemMetricsWarning(RuntimeWarning):
+    """A collector, or one device of it, failed and was disabled; the rest go on."""
+
+
 @runtime_checkable
 class Collector(Protocol):
     """What :class:`~sysmetrics.SystemMonitor` needs of a metric source.

@@ -9,6 +9,18 @@ from sysmetrics.collectors.base import BaseCollector, MiB
 from sysmetrics.host import HostSource, ProcStat
 
 
+def process_tree(source: HostSource, pid: int, descendants: bool = True) -> list[tuple[int, int]]:
+    """(pid, parent pid) of ``pid`` and, with ``descendants``, of every descendant."""
+    out = [(pid, 0)]
+    if descendants:
+        i = 0
+        while i < len(out):
+            parent = out[i][0]
+            out.extend((child, parent) for child in source.children(parent))
+            i += 1
+    return out
+
+
 class ProcessCollector(BaseCollector):
     """CPU, threads and memory of one process, by default with all its descendants.
 
@@ -66,14 +78,7 @@ class ProcessCollector(BaseCollector):
 
     def tree(self) -> list[tuple[int, int]]:
         """(pid, parent pid) of the root and, when tracking, every descendant."""
-        out = [(self.pid, 0)]
-        if self.track_process_tree:
-            i = 0
-            while i < len(out):
-                parent = out[i][0]
-                out.extend((child, parent) for child in self.source.children(parent))
-                i += 1
-        return out
+        return process_tree(self.source, self.pid, self.track_process_tree)
 
     def sample(self) -> dict[str, float]:
         """CPU percent, threads, RSS and memory percent of the process (tree)."""
