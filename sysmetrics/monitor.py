@@ -26,7 +26,15 @@ MAX_INTERVAL = 3600.0
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-_OPTIONS = ("interval", "disk_paths", "track_process_tree", "pid", "gpu_ids", "collectors")
+_OPTIONS = (
+    "interval",
+    "disk_paths",
+    "track_process_tree",
+    "pid",
+    "gpu_ids",
+    "rocm_smi_path",
+    "collectors",
+)
 
 
 def _check_interval(interval: object) -> float:
@@ -91,6 +99,8 @@ class SystemMonitor:
         pid: the process to watch; this one by default.
         gpu_ids: NVIDIA GPUs to watch, as CUDA numbers them under ``CUDA_VISIBLE_DEVICES``
             (indices) or UUIDs; all by default.
+        rocm_smi_path: the ``rocm-smi`` executable for AMD GPUs; found on PATH or in
+            /opt/rocm by default.
         collectors: use these collectors instead of the default set.
 
     Raises:
@@ -106,6 +116,7 @@ class SystemMonitor:
         track_process_tree: bool = True,
         pid: int | None = None,
         gpu_ids: Sequence[GpuId] | None = None,
+        rocm_smi_path: str | None = None,
         collectors: Sequence[Collector] | None = None,
         **unknown: object,
     ) -> None:
@@ -140,7 +151,11 @@ class SystemMonitor:
                     f"gpu_ids={gpu_ids!r} is invalid: use a list of CUDA indices or UUIDs"
                 )
             self._collectors: list[Collector] = host_collectors(
-                self.pid, self.disk_paths, self.track_process_tree, gpu_ids=gpu_ids
+                self.pid,
+                self.disk_paths,
+                self.track_process_tree,
+                gpu_ids=gpu_ids,
+                rocm_smi_path=rocm_smi_path,
             )
         else:
             for c in collectors:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sysmetrics.cgroup import find_cgroup
+from sysmetrics.collectors.amd import AMDCollector
 from sysmetrics.collectors.base import Aggregation, BaseCollector, Collector
 from sysmetrics.collectors.cpu import CPUCollector
 from sysmetrics.collectors.disk import DiskCollector
@@ -15,6 +16,7 @@ from sysmetrics.collectors.process import ProcessCollector
 from sysmetrics.host import HostSource, default_source
 
 __all__ = [
+    "AMDCollector",
     "Aggregation",
     "BaseCollector",
     "CPUCollector",
@@ -34,11 +36,13 @@ def host_collectors(
     track_process_tree: bool = True,
     source: HostSource | None = None,
     gpu_ids: Sequence[GpuId] | None = None,
+    rocm_smi_path: str | None = None,
 ) -> list[Collector]:
     """The default collectors for process ``pid``: host ones, and accelerators found here.
 
     Raises:
-        ValueError: ``gpu_ids`` name GPUs that cannot be watched.
+        ValueError: ``gpu_ids`` name GPUs that cannot be watched; ``rocm_smi_path`` is
+            not an executable.
 
     """
     source = source or default_source()
@@ -50,7 +54,9 @@ def host_collectors(
         DiskCollector(source, disk_paths),
         NetworkCollector(source),
     ]
-    nvidia = NvidiaCollector.create(source, pid, gpu_ids, track_process_tree)
-    if nvidia is not None:
-        collectors.append(nvidia)
+    accelerators = [
+        NvidiaCollector.create(source, pid, gpu_ids, track_process_tree),
+        AMDCollector.create(rocm_smi_path),
+    ]
+    collectors.extend(c for c in accelerators if c is not None)
     return collectors
