@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 from types import ModuleType
+from typing import Any
 
 log = logging.getLogger("sysmetrics")
 
@@ -16,3 +17,19 @@ def pynvml() -> ModuleType | None:
     except Exception as exc:  # ImportError, or a broken install
         log.debug("sysmetrics: NVIDIA collector unavailable: cannot import pynvml: %s", exc)
         return None
+
+
+def prometheus_parser() -> Any:
+    """prometheus_client's text parser (``text_string_to_metric_families``).
+
+    Raises:
+        ImportError: prometheus-client is not installed, with how to install it.
+
+    """
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError as exc:
+        raise ImportError(
+            "open_metrics needs prometheus-client: pip install 'sysmetrics[openmetrics]'"
+        ) from exc
+    return text_string_to_metric_families

@@ -11,13 +11,14 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Union
 
 from sysmetrics.collectors import Collector, host_collectors
 from sysmetrics.collectors.base import Aggregation, SystemMetricsWarning
 from sysmetrics.collectors.nvidia import GpuId
+from sysmetrics.collectors.openmetrics import Filters
 
 log = logging.getLogger("sysmetrics")
 
@@ -33,6 +34,9 @@ _OPTIONS = (
     "pid",
     "gpu_ids",
     "rocm_smi_path",
+    "open_metrics",
+    "open_metrics_filters",
+    "open_metrics_headers",
     "collectors",
 )
 
@@ -101,6 +105,11 @@ class SystemMonitor:
             (indices) or UUIDs; all by default.
         rocm_smi_path: the ``rocm-smi`` executable for AMD GPUs; found on PATH or in
             /opt/rocm by default.
+        open_metrics: ``{name: url}`` of OpenMetrics/Prometheus endpoints to scrape into
+            ``openmetrics.{name}.{metric}.{index}`` (needs the ``[openmetrics]`` extra).
+        open_metrics_filters: regexes on ``"{name}.{metric}"``, or
+            ``{metric_regex: {label: label_regex}}``; all metrics by default.
+        open_metrics_headers: HTTP headers for those requests.
         collectors: use these collectors instead of the default set.
 
     Raises:
@@ -117,6 +126,9 @@ class SystemMonitor:
         pid: int | None = None,
         gpu_ids: Sequence[GpuId] | None = None,
         rocm_smi_path: str | None = None,
+        open_metrics: Mapping[str, str] | None = None,
+        open_metrics_filters: Filters | None = None,
+        open_metrics_headers: Mapping[str, str] | None = None,
         collectors: Sequence[Collector] | None = None,
         **unknown: object,
     ) -> None:
@@ -156,6 +168,9 @@ class SystemMonitor:
                 self.track_process_tree,
                 gpu_ids=gpu_ids,
                 rocm_smi_path=rocm_smi_path,
+                open_metrics=open_metrics,
+                open_metrics_filters=open_metrics_filters,
+                open_metrics_headers=open_metrics_headers,
             )
         else:
             for c in collectors:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sysmetrics.cgroup import find_cgroup
 from sysmetrics.collectors.amd import AMDCollector
@@ -12,6 +12,7 @@ from sysmetrics.collectors.disk import DiskCollector
 from sysmetrics.collectors.memory import MemoryCollector
 from sysmetrics.collectors.network import NetworkCollector
 from sysmetrics.collectors.nvidia import GpuId, NvidiaCollector
+from sysmetrics.collectors.openmetrics import Filters, OpenMetricsCollector
 from sysmetrics.collectors.process import ProcessCollector
 from sysmetrics.host import HostSource, default_source
 
@@ -25,6 +26,7 @@ __all__ = [
     "MemoryCollector",
     "NetworkCollector",
     "NvidiaCollector",
+    "OpenMetricsCollector",
     "ProcessCollector",
     "host_collectors",
 ]
@@ -37,12 +39,15 @@ def host_collectors(
     source: HostSource | None = None,
     gpu_ids: Sequence[GpuId] | None = None,
     rocm_smi_path: str | None = None,
+    open_metrics: Mapping[str, str] | None = None,
+    open_metrics_filters: Filters | None = None,
+    open_metrics_headers: Mapping[str, str] | None = None,
 ) -> list[Collector]:
     """The default collectors for process ``pid``: host ones, and accelerators found here.
 
     Raises:
         ValueError: ``gpu_ids`` name GPUs that cannot be watched; ``rocm_smi_path`` is
-            not an executable.
+            not an executable; an OpenMetrics URL, name or filter is malformed.
 
     """
     source = source or default_source()
@@ -59,4 +64,10 @@ def host_collectors(
         AMDCollector.create(rocm_smi_path),
     ]
     collectors.extend(c for c in accelerators if c is not None)
+    if open_metrics:
+        collectors.append(
+            OpenMetricsCollector(open_metrics, open_metrics_filters, open_metrics_headers)
+        )
+    elif open_metrics_filters is not None or open_metrics_headers is not None:
+        raise ValueError("open_metrics_filters and open_metrics_headers need open_metrics")
     return collectors
