@@ -14,6 +14,7 @@ from sysmetrics.collectors.network import NetworkCollector
 from sysmetrics.collectors.nvidia import GpuId, NvidiaCollector
 from sysmetrics.collectors.openmetrics import Filters, OpenMetricsCollector
 from sysmetrics.collectors.process import ProcessCollector
+from sysmetrics.collectors.trainium import TrainiumCollector
 from sysmetrics.host import HostSource, default_source
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "NvidiaCollector",
     "OpenMetricsCollector",
     "ProcessCollector",
+    "TrainiumCollector",
     "host_collectors",
 ]
 
@@ -62,6 +64,7 @@ def host_collectors(
     accelerators = [
         NvidiaCollector.create(source, pid, gpu_ids, track_process_tree),
         AMDCollector.create(rocm_smi_path),
+        TrainiumCollector.create(source, pid, track_process_tree),
     ]
     collectors.extend(c for c in accelerators if c is not None)
     if open_metrics:

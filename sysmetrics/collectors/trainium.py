@@ -1,0 +1,203 @@
+"""AWS Trainium / Inferentia through one long-lived ``neuron-monitor``: ``trn.*``."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from sysmetrics.collectors.base import BaseCollector
+from sysmetrics.collectors.process import process_tree
+from sysmetrics.host import HostSource
+
+log = logging.getLogger("sysmetrics")
+
+NEURON_LOCATIONS = ("/opt/aws/neuron/bin/neuron-monitor",)
+CONFIG = {
+    "period": "1s",
+    "neuron_runtimes": [
+        {
+            "tag_filter": ".*",
+            "metrics": [{"type": "neuroncore_counters"}, {"type": "memory_used"}],
+        }
+    ],
+    "system_metrics": [],
+}
+
+
+def parse_neuron_monitor(doc: dict[str, Any], pids: set[int]) -> dict[str, float]:
+    """Catalogue keys from one ``neuron-monitor`` report.
+
+    Runtimes whose PID is in ``pids`` are kept; when none is, all are (a runtime in another
+    PID namespace, or started by another process of the job). Their numbers are summed.
+
+    Keys: ``trn.{core}.neuroncore_utilization`` (%), ``trn.host_total_memory_usage`` and
+    ``trn.neuron_device_total_memory_usage`` (bytes), ``trn.host_total_memory_usage.{kind}``
+    (bytes: application_memory, constants, dma_buffers, tensors) and
+    ``trn.{core}.neuroncore_memory_usage.{kind}`` (bytes: constants, model_code,
+    model_shared_scratchpad, runtime_memory, tensors).
+    """
+    runtimes = [r for r in doc.get("neuron_runtime_data") or [] if isinstance(r, dict)]
+    ours = [r for r in runtimes if r.get("pid") in pids] or runtimes
+    out: dict[str, float] = {}
+
+    def add(key: str, value: Any) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = out.get(key, 0.0) + float(value)
+
+    for runtime in ours:
+        report = runtime.get("report") or {}
+        cores = (report.get("neuroncore_counters") or {}).get("neuroncores_in_use") or {}
+        for core, counters in cores.items():
+            add(
+                f"trn.{core}.neuroncore_utilization", (counters or {}).get("neuroncore_utilization")
+            )
+        used = (report.get("memory_used") or {}).get("neuron_runtime_used_bytes") or {}
+        add("trn.host_total_memory_usage", used.get("host"))
+        add("trn.neuron_device_total_memory_usage", used.get("neuron_device"))
+        breakdown = used.get("usage_breakdown") or {}
+        for kind, value in (breakdown.get("host") or {}).items():
+            add(f"trn.host_total_memory_usage.{kind}", value)
+        for core, kinds in (breakdown.get("neuroncore_memory_usage") or {}).items():
+            for kind, value in (kinds or {}).items():
+                add(f"trn.{core}.neuroncore_memory_usage.{kind}", value)
+    return out
+
+
+def find_neuron_monitor() -> str | None:
+    """``neuron-monitor`` on PATH or in the Neuron SDK's location; None when absent."""
+    found = shutil.which("neuron-monitor")
+    if found:
+        return found
+    return next((p for p in NEURON_LOCATIONS if os.access(p, os.X_OK)), None)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when its parent thread dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+    return preexec
+
+
+class TrainiumCollector(BaseCollector):
+    """Trainium metrics from one ``neuron-monitor`` child process read as JSON lines.
+
+    The child runs with a generated config (neuroncore counters and memory, every second),
+    is started by the collector's own reader thread at the first sample, stops with the
+    monitor, and on Linux is killed by the kernel if this process dies (it is never left
+    orphaned). ``sample()`` returns the latest report's numbers without I/O. Keys: see
+    :func:`parse_neuron_monitor`; runtimes of this process tree are kept (all when none
+    matches).
+
+    Args:
+        path: the ``neuron-monitor`` executable.
+        source: host readings, to find the process tree.
+        pid: the root of the process tree.
+        track_process_tree: match runtimes of descendants too.
+
+    """
+
+    name = "trainium"
+    peak_keys = frozenset({"host_total_memory_usage", "neuron_device_total_memory_usage"})
+
+    def __init__(
+        self, path: str, source: HostSource, pid: int, track_process_tree: bool = True
+    ) -> None:
+        self.path, self.source, self.pid = path, source, pid
+        self.track_process_tree = track_process_tree
+        self.process: subprocess.Popen[str] | None = None
+        self._latest: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._config: str | None = None
+
+    @classmethod
+    def create(
+        cls, source: HostSource, pid: int, track_process_tree: bool = True
+    ) -> TrainiumCollector | None:
+        """The collector where ``neuron-monitor`` is found; None (one debug line) otherwise."""
+        path = find_neuron_monitor()
+        if path is None:
+            log.debug("sysmetrics: Trainium collector unavailable: no neuron-monitor")
+            return None
+        return cls(path, source, pid, track_process_tree)
+
+    def sample(self) -> dict[str, float]:
+        """The latest report's numbers (starts neuron-monitor on the first call)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="sysmetrics-neuron-monitor", daemon=True
+            )
+            self._thread.start()
+        with self._lock:
+            return dict(self._latest)
+
+    def _run(self) -> None:
+        # Started from this thread so that PR_SET_PDEATHSIG is tied to a thread that lives
+        # exactly as long as the collector.
+        fd, self._config = tempfile.mkstemp(prefix="sysmetrics-neuron-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(CONFIG, f)
+        try:
+            self.process = subprocess.Popen(
+                [self.path, "-c", self._config],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                preexec_fn=_die_with_parent(),
+            )  # fmt: skip
+        except OSError as exc:
+            log.warning("sysmetrics: cannot start %s: %s", self.path, exc)
+            return
+        if self._closed.is_set():
+            self._terminate()
+            return
+        stdout = self.process.stdout
+        assert stdout is not None
+        with stdout:
+            for line in stdout:
+                if self._closed.is_set():
+                    break
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue  # a partial or non-JSON line
+                tree = {p for p, _ in process_tree(self.source, self.pid, self.track_process_tree)}
+                values = parse_neuron_monitor(doc, tree)
+                with self._lock:
+                    self._latest = values
+
+    def _terminate(self) -> None:
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(2.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def close(self) -> None:
+        """Stop neuron-monitor and the reader thread; remove the generated config."""
+        self._closed.set()
+        self._terminate()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(3.0)
+        if self._config:
+            with contextlib.suppress(OSError):
+                os.unlink(self._config)
