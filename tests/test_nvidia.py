@@ -166,8 +166,10 @@ def test_gpu_ids_follow_cuda_numbering(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("bad", [2, -1, "GPU-9", True])
 def test_gpu_id_that_does_not_exist_is_a_clear_error(bad: object) -> None:
+    nvml = make_nvml([GPU("GPU-a"), GPU("GPU-b")])
     with pytest.raises(ValueError, match=rf"gpu_ids contains {bad!r}, which names no GPU .* 0..1"):
-        collector([GPU("GPU-a"), GPU("GPU-b")], gpu_ids=[bad])
+        NvidiaCollector.create(default_source(), os.getpid(), gpu_ids=[bad], nvml=nvml)  # type: ignore[list-item]
+    assert nvml.calls["nvmlInit"] == nvml.calls["nvmlShutdown"] == 1  # nothing left open
 
 
 def test_no_library_driver_or_gpu_is_quietly_unavailable(caplog: pytest.LogCaptureFixture) -> None:

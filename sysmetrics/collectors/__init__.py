@@ -52,6 +52,8 @@ def host_collectors(
             not an executable; an OpenMetrics URL, name or filter is malformed.
 
     """
+    if not open_metrics and (open_metrics_filters is not None or open_metrics_headers is not None):
+        raise ValueError("open_metrics_filters and open_metrics_headers need open_metrics")
     source = source or default_source()
     cgroup = find_cgroup(pid=pid)
     collectors: list[Collector] = [
@@ -61,16 +63,14 @@ def host_collectors(
         DiskCollector(source, disk_paths),
         NetworkCollector(source),
     ]
-    accelerators = [
-        NvidiaCollector.create(source, pid, gpu_ids, track_process_tree),
-        AMDCollector.create(rocm_smi_path),
-        TrainiumCollector.create(source, pid, track_process_tree),
-    ]
-    collectors.extend(c for c in accelerators if c is not None)
-    if open_metrics:
+    if open_metrics:  # first: a malformed URL or filter raises before anything is opened
         collectors.append(
             OpenMetricsCollector(open_metrics, open_metrics_filters, open_metrics_headers)
         )
-    elif open_metrics_filters is not None or open_metrics_headers is not None:
-        raise ValueError("open_metrics_filters and open_metrics_headers need open_metrics")
+    accelerators = [  # NVML last: the others may still raise on bad options
+        AMDCollector.create(rocm_smi_path),
+        TrainiumCollector.create(source, pid, track_process_tree),
+        NvidiaCollector.create(source, pid, gpu_ids, track_process_tree),
+    ]
+    collectors.extend(c for c in accelerators if c is not None)
     return collectors

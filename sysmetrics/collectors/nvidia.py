@@ -225,7 +225,11 @@ class NvidiaCollector(BaseCollector):
             try:
                 nvml.nvmlInit()
                 if nvml.nvmlDeviceGetCount() > 0:
-                    return cls(nvml, source, pid, gpu_ids, track_process_tree)
+                    try:
+                        return cls(nvml, source, pid, gpu_ids, track_process_tree)
+                    except ValueError:
+                        nvml.nvmlShutdown()
+                        raise
                 reason = "NVML sees no GPU"
                 nvml.nvmlShutdown()
             except nvml.NVMLError as exc:
