@@ -80,18 +80,28 @@ class CallbackCore:
         self.include = _patterns("include", include)
         self.exclude = _patterns("exclude", exclude)
         self.monitor_options: dict[str, Any] = {"interval": interval, **monitor_options}
-        # Validate every monitor option now, with the monitor's own messages. The monitor
-        # itself is made at start, so an unstarted callback pickles (ddp_spawn).
-        SystemMonitor(**self.monitor_options).stop()
+        # Validate every monitor option now, with the monitor's own messages, and keep
+        # that monitor for the first start (its collectors may have run a vendor tool).
+        self._unstarted: SystemMonitor | None = SystemMonitor(**self.monitor_options)
         self.monitor: SystemMonitor | None = None
         self._names: dict[tuple[str, str], str | None] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # ddp_spawn pickles callbacks; a monitor holds locks and handles, so the copy
+        # builds its own at start.
+        state = self.__dict__.copy()
+        state["_unstarted"] = None
+        return state
 
     def start(self, sample: bool = True) -> None:
         """Start a monitor (only where ``sample``: one process per node)."""
         self.stop()
+        monitor, self._unstarted = self._unstarted, None
         if not sample:
+            if monitor is not None:
+                monitor.stop()  # frees what its collectors opened
             return
-        self.monitor = SystemMonitor(**self.monitor_options).start()
+        self.monitor = (monitor or SystemMonitor(**self.monitor_options)).start()
 
     def stop(self) -> None:
         """Stop the monitor if one runs; idempotent."""
