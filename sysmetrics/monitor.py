@@ -156,12 +156,6 @@ class SystemMonitor:
                 raise ValueError(f"pid={pid!r} is invalid: no such process")
         self.pid = os.getpid() if pid is None else pid
         if collectors is None:
-            if gpu_ids is not None and (
-                isinstance(gpu_ids, (str, int)) or not isinstance(gpu_ids, Sequence)
-            ):
-                raise TypeError(
-                    f"gpu_ids={gpu_ids!r} is invalid: use a list of CUDA indices or UUIDs"
-                )
             self._collectors: list[Collector] = host_collectors(
                 self.pid,
                 self.disk_paths,

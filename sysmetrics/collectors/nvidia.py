@@ -216,9 +216,14 @@ class NvidiaCollector(BaseCollector):
         """The collector, or None (one debug line) where there is no NVML, driver or GPU.
 
         Raises:
+            TypeError: ``gpu_ids`` is not a list.
             ValueError: ``gpu_ids`` were given but NVML has no GPUs, or one is not visible.
 
         """
+        if gpu_ids is not None and (
+            isinstance(gpu_ids, (str, int)) or not isinstance(gpu_ids, Sequence)
+        ):
+            raise TypeError(f"gpu_ids={gpu_ids!r} is invalid: use a list of CUDA indices or UUIDs")
         nvml = nvml or _optional.pynvml()
         reason = "pynvml cannot be imported"
         if nvml is not None:
