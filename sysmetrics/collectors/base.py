@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Literal, Protocol, runtime_checkable
 
@@ -69,3 +70,39 @@ class BaseCollector:
 
     def close(self) -> None:
         """Nothing to free by default."""
+
+
+class BackgroundCollector(BaseCollector):
+    """A collector whose source is read on its own daemon thread, so ``sample()`` never waits.
+
+    The thread (``_run``, written by the subclass) starts at the first ``sample()``, publishes
+    into ``_latest`` under ``_lock`` and ends once ``_closed`` is set; ``sample()`` returns a
+    copy of the latest values; ``close()`` sets ``_closed`` and waits ``join_timeout``
+    seconds for the thread.
+    """
+
+    thread_name = "sysmetrics-background"
+    join_timeout = 0.5
+
+    def __init__(self) -> None:
+        self._latest: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def sample(self) -> dict[str, float]:
+        """The latest values read by the thread (starts it on the first call); no I/O."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+            self._thread.start()
+        with self._lock:
+            return dict(self._latest)
+
+    def close(self) -> None:
+        """Ask the thread to end and wait for it up to ``join_timeout`` seconds."""
+        self._closed.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(self.join_timeout)

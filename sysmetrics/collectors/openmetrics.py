@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -14,7 +13,7 @@ from typing import Any, Union
 from urllib.parse import urlsplit
 
 from sysmetrics import _optional
-from sysmetrics.collectors.base import BaseCollector, SystemMetricsWarning
+from sysmetrics.collectors.base import BackgroundCollector, SystemMetricsWarning
 
 log = logging.getLogger("sysmetrics")
 
@@ -31,7 +30,7 @@ def _compile(pattern: object, what: str) -> re.Pattern[str]:
         raise ValueError(f"{what} {pattern!r} is not a valid regular expression: {exc}") from None
 
 
-class OpenMetricsCollector(BaseCollector):
+class OpenMetricsCollector(BackgroundCollector):
     """Gauges and counters scraped from OpenMetrics / Prometheus text endpoints.
 
     Keys: ``openmetrics.{name}.{metric}.{index}``: ``name`` is the endpoint's name,
@@ -63,6 +62,7 @@ class OpenMetricsCollector(BaseCollector):
 
     name = "openmetrics"
     last_keys = frozenset()  # counters are told apart by type at parse time
+    thread_name = "sysmetrics-openmetrics"
 
     def __init__(
         self,
@@ -91,6 +91,7 @@ class OpenMetricsCollector(BaseCollector):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{what}={value!r} is invalid: it must be a positive number")
         self.parser = _optional.prometheus_parser()
+        super().__init__()
         self.endpoints = dict(endpoints)
         self.headers = dict(headers or {})
         self.timeout, self.max_bytes = float(timeout), int(max_bytes)
@@ -121,12 +122,8 @@ class OpenMetricsCollector(BaseCollector):
         self._indices: dict[tuple[str, frozenset[tuple[str, str]]], str] = {}
         self._count: dict[str, int] = {}  # label sets seen per metric
         self._labels: dict[str, dict[str, str]] = {}
-        self._latest: dict[str, float] = {}
         self._counters: set[str] = set()
         self._failing: dict[str, float] = {}  # endpoint -> when to try again
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @property
     def labels(self) -> dict[str, dict[str, str]]:
@@ -138,31 +135,15 @@ class OpenMetricsCollector(BaseCollector):
         """Counters give their latest value, gauges are averaged."""
         return "last" if key in self._counters else "mean"
 
-    def sample(self) -> dict[str, float]:
-        """The latest scraped values (no I/O here; the scraping thread does it)."""
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="sysmetrics-openmetrics", daemon=True
-            )
-            self._thread.start()
-        with self._lock:
-            return dict(self._latest)
-
-    def close(self) -> None:
-        """Stop the scraping thread; a request in flight finishes (daemon) within ``timeout``."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(0.5)
-
     def _run(self) -> None:
         while True:
             for ep_name, url in self.endpoints.items():
-                if self._stop.is_set():
+                if self._closed.is_set():
                     return
                 if time.monotonic() < self._failing.get(ep_name, 0.0):
                     continue
                 self.scrape(ep_name, url)
-            if self._stop.wait(self.poll_interval):
+            if self._closed.wait(self.poll_interval):
                 return
 
     def scrape(self, ep_name: str, url: str) -> None:
@@ -170,7 +151,7 @@ class OpenMetricsCollector(BaseCollector):
         try:
             values = self._parse(ep_name, self._fetch(url))
         except Exception as exc:
-            if ep_name not in self._failing and not self._stop.is_set():
+            if ep_name not in self._failing and not self._closed.is_set():
                 warnings.warn(
                     f"sysmetrics: OpenMetrics endpoint {ep_name!r} ({url}) failed, retrying "
                     f"every {self.retry_after:g} s: {type(exc).__name__}: {exc}",

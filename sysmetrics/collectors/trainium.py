@@ -12,11 +12,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from sysmetrics.collectors.base import BaseCollector
+from sysmetrics.collectors.base import BackgroundCollector
 from sysmetrics.collectors.process import process_tree
 from sysmetrics.host import HostSource
 
@@ -95,7 +94,7 @@ def _die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-class TrainiumCollector(BaseCollector):
+class TrainiumCollector(BackgroundCollector):
     """Trainium metrics from one ``neuron-monitor`` child process read as JSON lines.
 
     The child runs with a generated config (neuroncore counters and memory, every second),
@@ -114,6 +113,8 @@ class TrainiumCollector(BaseCollector):
     """
 
     name = "trainium"
+    thread_name = "sysmetrics-neuron-monitor"
+    join_timeout = 3.0
     peak_keys = frozenset({"host_total_memory_usage", "neuron_device_total_memory_usage"})
 
     def __init__(
@@ -122,11 +123,8 @@ class TrainiumCollector(BaseCollector):
         self.path, self.source, self.pid = path, source, pid
         self.track_process_tree = track_process_tree
         self.process: subprocess.Popen[str] | None = None
-        self._latest: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
         self._config: str | None = None
+        super().__init__()
 
     @classmethod
     def create(
@@ -138,16 +136,6 @@ class TrainiumCollector(BaseCollector):
             log.debug("sysmetrics: Trainium collector unavailable: no neuron-monitor")
             return None
         return cls(path, source, pid, track_process_tree)
-
-    def sample(self) -> dict[str, float]:
-        """The latest report's numbers (starts neuron-monitor on the first call)."""
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="sysmetrics-neuron-monitor", daemon=True
-            )
-            self._thread.start()
-        with self._lock:
-            return dict(self._latest)
 
     def _run(self) -> None:
         # Started from this thread so that PR_SET_PDEATHSIG is tied to a thread that lives
@@ -196,8 +184,7 @@ class TrainiumCollector(BaseCollector):
         """Stop neuron-monitor and the reader thread; remove the generated config."""
         self._closed.set()
         self._terminate()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(3.0)
+        super().close()
         if self._config:
             with contextlib.suppress(OSError):
                 os.unlink(self._config)
