@@ -297,7 +297,8 @@ class NvidiaCollector(BaseCollector):
         nvml = self.nvml
         tree = {p for p, _ in process_tree(self.source, self.pid, self.track_process_tree)}
         out: dict[str, float] = {}
-        foreign: list[_Device] = []  # devices whose NVML PIDs are all outside our PID space
+        # Devices whose NVML PIDs are all outside our PID space, with their values.
+        foreign: list[tuple[_Device, dict[str, float]]] = []
         for dev in self.devices:
             if dev.lost:
                 continue
@@ -323,12 +324,12 @@ class NvidiaCollector(BaseCollector):
             if ours:
                 self._process_keys(out, dev, values, ours)
             elif not any(self._pid_exists(p.pid) for p in procs):
-                foreign.append(dev)  # no process, or only PIDs of another namespace
+                foreign.append((dev, values))  # no process, or only PIDs of another namespace
         if foreign:  # NVML reports host PIDs: look at the device files the tree holds open
             minors = self._open_device_minors(tree)
-            for dev in foreign:
+            for dev, values in foreign:
                 if dev.minor in minors:
-                    self._process_keys(out, dev, self._last_values(out, dev), [])
+                    self._process_keys(out, dev, values, [])
         return out
 
     def _processes(self, dev: _Device) -> list[Any]:
@@ -343,18 +344,12 @@ class NvidiaCollector(BaseCollector):
         return procs
 
     @staticmethod
-    def _last_values(out: dict[str, float], dev: _Device) -> dict[str, float]:
-        prefix = f"gpu.{dev.index}."
-        return {k[len(prefix) :]: v for k, v in out.items() if k.startswith(prefix)}
-
-    @staticmethod
     def _process_keys(
         out: dict[str, float], dev: _Device, values: dict[str, float], ours: list[Any]
     ) -> None:
         prefix = f"gpu.process.{dev.index}."
         for k, v in values.items():
-            if not k.startswith("mig."):
-                out[prefix + k] = v
+            out[prefix + k] = v
         held = [getattr(p, "usedGpuMemory", None) for p in ours]
         if held and all(isinstance(m, int) for m in held):
             out[prefix + "processMemoryAllocatedBytes"] = float(sum(m for m in held if m))
