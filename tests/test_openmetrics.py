@@ -108,6 +108,17 @@ def test_dcgm_page_keys_values_and_stable_indices(dcgm: tuple[str, DCGMLike]) ->
     second = c.sample()
     assert second["openmetrics.dcgm.DCGM_FI_DEV_GPU_UTIL.3"] == 53.0  # same index, new value
     assert set(second) == set(first)
+    exporter.gpus = 5  # a new label set on a later page takes the next index
+    c.scrape("dcgm", url)
+    third = c.sample()
+    assert third["openmetrics.dcgm.DCGM_FI_DEV_GPU_UTIL.4"] == 54.0
+    assert third["openmetrics.dcgm.DCGM_FI_DEV_GPU_UTIL.0"] == 50.0
+    assert set(third) - set(first) == {
+        f"openmetrics.dcgm.{m}.4"
+        for m in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS_total")
+    }
+    assert c.aggregation("openmetrics.dcgm.DCGM_FI_DEV_XID_ERRORS_total.4") == "last"
+    assert c.labels["openmetrics.dcgm.DCGM_FI_DEV_FB_USED.4"]["gpu"] == "4"
     c.close()
 
 
@@ -120,10 +131,11 @@ def test_filters_as_regex_list_and_label_map(dcgm: tuple[str, DCGMLike]) -> None
     c = OpenMetricsCollector(
         {"dcgm": url}, filters={"dcgm\\.DCGM_FI_DEV_FB_USED": {"gpu": "[02]", "Hostname": "node-1"}}
     )
-    c.scrape("dcgm", url)
-    snap = c.sample()
-    assert sorted(snap.values()) == [1000.0, 3000.0]
-    assert {c.labels[k]["gpu"] for k in snap} == {"0", "2"}
+    for _ in range(2):  # the second page is read through the series cache
+        c.scrape("dcgm", url)
+        snap = c.sample()
+        assert sorted(snap.values()) == [1000.0, 3000.0]
+        assert {c.labels[k]["gpu"] for k in snap} == {"0", "2"}
     c.close()
 
 

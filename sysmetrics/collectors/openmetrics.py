@@ -19,6 +19,26 @@ log = logging.getLogger("sysmetrics")
 
 Filters = Union[Sequence[str], Mapping[str, Mapping[str, str]]]
 _SAMPLE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_MAX_SERIES = 200_000  # series remembered per endpoint
+
+
+def _split_sample(line: str) -> tuple[str, str] | None:
+    """``(series, value)`` of a sample line: its text up to the value, and the value.
+
+    None where that cannot be told apart cheaply (an exemplar after ``#``, no value).
+    """
+    if "#" in line:
+        return None
+    end = line.rfind("}")
+    if end >= 0:
+        series, rest = line[: end + 1], line[end + 1 :]
+    else:
+        parts = line.split(None, 1)
+        if len(parts) != 2:
+            return None
+        series, rest = parts
+    fields = rest.split()
+    return (series, fields[0]) if fields else None
 
 
 def _compile(pattern: object, what: str) -> re.Pattern[str]:
@@ -124,6 +144,7 @@ class OpenMetricsCollector(BackgroundCollector):
         self._labels: dict[str, dict[str, str]] = {}
         self._counters: set[str] = set()
         self._failing: dict[str, float] = {}  # endpoint -> when to try again
+        self._series: dict[str, dict[str, str | None]] = {}  # endpoint -> series -> key
 
     @property
     def labels(self) -> dict[str, dict[str, str]]:
@@ -181,28 +202,61 @@ class OpenMetricsCollector(BackgroundCollector):
             p.fullmatch(full) for p, _ in self._label_filters
         )
 
-    def _prefilter(self, ep_name: str, text: str) -> str:
-        """Keep only the lines of wanted metrics, before the parser builds any object."""
-        keep = []
+    def _parse(self, ep_name: str, text: str) -> dict[str, float]:
+        """Values of the wanted gauges and counters on one page, by key.
+
+        A series line seen before (same name and labels, so the same text up to its
+        value) takes its key from a cache and only its value is read; new series lines
+        go to prometheus_client's parser with their family's TYPE line, and what the
+        parser made of them (a key, or nothing wanted) is cached. Unwanted metrics are
+        dropped by name before any parsing.
+        """
+        cache = self._series.setdefault(ep_name, {})
+        if len(cache) > _MAX_SERIES:  # label values that never repeat: start over
+            cache.clear()
+        out: dict[str, float] = {}
+        type_line = ""
         for line in text.splitlines():
             if line.startswith("#"):
-                parts = line.split(None, 3)
-                if len(parts) >= 3 and parts[1] in ("TYPE", "HELP", "UNIT"):
-                    base = parts[2]
-                    if self._wanted(ep_name, base) or self._wanted(ep_name, base + "_total"):
-                        keep.append(line)
+                if line.startswith("# TYPE "):
+                    type_line = line
                 continue
-            m = _SAMPLE.match(line)
-            if m and self._wanted(ep_name, m.group()):
-                keep.append(line)
-        return "\n".join(keep) + "\n"
+            split = _split_sample(line)
+            if split is None:
+                if line.strip():
+                    self._parse_new(ep_name, type_line, line, out, None)
+                continue
+            series, value = split
+            if series in cache:
+                key = cache[series]
+                if key is not None:
+                    try:
+                        out[key] = float(value)
+                    except ValueError:  # let the parser say what is wrong with it
+                        self._parse_new(ep_name, type_line, line, out, None)
+                continue
+            m = _SAMPLE.match(series)
+            if m is None or not self._wanted(ep_name, m.group()):
+                cache[series] = None
+                continue
+            self._parse_new(ep_name, type_line, line, out, (cache, series))
+        return out
 
-    def _parse(self, ep_name: str, text: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for family in self.parser(self._prefilter(ep_name, text)):
-            if family.type not in ("gauge", "counter"):
-                continue
+    def _parse_new(
+        self,
+        ep_name: str,
+        type_line: str,
+        line: str,
+        out: dict[str, float],
+        remember: tuple[dict[str, str | None], str] | None,
+    ) -> None:
+        """Parse one series line with prometheus_client; raises on a malformed line."""
+        key = None
+        families = self.parser(f"{type_line}\n{line}\n" if type_line else f"{line}\n")
+        for family in families:
             for s in family.samples:
+                if family.type not in ("gauge", "counter"):
+                    continue
                 if family.type == "counter" and not s.name.endswith("_total"):
                     continue  # _created timestamps are not counts
                 if not self._labels_wanted(ep_name, s.name, s.labels):
@@ -211,7 +265,9 @@ class OpenMetricsCollector(BackgroundCollector):
                 out[key] = float(s.value)
                 if family.type == "counter":
                     self._counters.add(key)
-        return out
+        if remember is not None:
+            cache, series = remember
+            cache[series] = key
 
     def _labels_wanted(self, ep_name: str, metric: str, labels: Mapping[str, str]) -> bool:
         full = f"{ep_name}.{metric}"
