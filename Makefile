@@ -10,7 +10,7 @@ comma := ,
 EXTRAS ?= test,dev,lightning,transformers,keras
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo host-demo test lint bench clean
+.PHONY: demo host-demo test lint bench overhead clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,5 +35,17 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/host_sample.py
 	$(BIN)/python benchmarks/callback_cost.py
 
+# The overhead benchmark beside MLflow's and W&B's samplers, in its own environment so the
+# peers never enter .venv.
+BENCH_VENV ?= .venv-bench
+$(BENCH_VENV)/.installed: pyproject.toml constraints.txt benchmarks/requirements.txt
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet -c constraints.txt \
+		-e '.[lightning,transformers,keras,openmetrics]' -r benchmarks/requirements.txt
+	touch $@
+
+overhead: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python benchmarks/overhead.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
