@@ -14,6 +14,7 @@ from sysmetrics.collectors.network import NetworkCollector
 from sysmetrics.collectors.nvidia import GpuId, NvidiaCollector
 from sysmetrics.collectors.openmetrics import Filters, OpenMetricsCollector
 from sysmetrics.collectors.process import ProcessCollector
+from sysmetrics.collectors.tpu import TPUCollector
 from sysmetrics.collectors.trainium import TrainiumCollector
 from sysmetrics.host import HostSource, default_source
 
@@ -29,6 +30,7 @@ __all__ = [
     "NvidiaCollector",
     "OpenMetricsCollector",
     "ProcessCollector",
+    "TPUCollector",
     "TrainiumCollector",
     "host_collectors",
 ]
@@ -70,6 +72,7 @@ def host_collectors(
     accelerators = [  # NVML last: the others may still raise on bad options
         AMDCollector.create(rocm_smi_path),
         TrainiumCollector.create(source, pid, track_process_tree),
+        TPUCollector.create(),
         NvidiaCollector.create(source, pid, gpu_ids, track_process_tree),
     ]
     collectors.extend(c for c in accelerators if c is not None)

@@ -1,0 +1,177 @@
+"""Google Cloud TPUs through the ``tpu-info`` CLI: ``tpu.{i}.*``."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import warnings
+
+from sysmetrics.collectors.base import BackgroundCollector, SystemMetricsWarning
+
+log = logging.getLogger("sysmetrics")
+
+GOOGLE_PCI_VENDOR = "0x1ae0"
+PCI_ROOT = "/sys/bus/pci/devices"
+TIMEOUT_S = 30.0
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_CELL_SPLIT = re.compile(r"[|│┃]")
+_SIZE = re.compile(r"([0-9.]+)\s*([KMGT]?i?B)\s*/\s*([0-9.]+)\s*([KMGT]?i?B)")
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}  # fmt: skip
+# Tables that carry the catalogue's values; any other title ends the current table.
+_TABLES = {"TPU Runtime Utilization": "both", "TPU HBM Usage": "hbm", "TPU Duty Cycle": "duty"}
+
+
+def parse_tpu_info(text: str) -> dict[str, float]:
+    """Catalogue keys from ``tpu-info`` output (its static, streaming or ``--metric`` tables).
+
+    Keys per chip id ``i`` (the runtime's device id, as tpu-info prints it):
+    ``tpu.{i}.memoryUsageBytes`` (HBM in use, bytes; tpu-info prints GiB with two
+    decimals, so about 10 MB resolution), ``tpu.{i}.memoryUsage`` (HBM in use over HBM
+    total, %), ``tpu.{i}.dutyCycle`` (% of time the TensorCores were busy). Rows may be
+    drawn with ``|`` or with box characters; other tables and text are ignored.
+    """
+    out: dict[str, float] = {}
+    table: str | None = None
+    for raw in _ANSI.sub("", text).splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if not _CELL_SPLIT.search(line):  # a title, or text between tables
+            if not set(line) <= set("-─━┏┓┗┛┡┩└┘┳┻╇┴╭╮╰╯═╞╡╪ "):
+                table = _TABLES.get(line)
+            continue
+        cells = [c.strip() for c in _CELL_SPLIT.split(line) if c.strip()]
+        if table is None or len(cells) < 2 or not cells[0].isdigit():
+            continue  # header or rule rows
+        prefix = f"tpu.{int(cells[0])}."
+        if table in ("both", "hbm"):
+            m = _SIZE.search(cells[1])
+            if m and m.group(2) in _UNITS and m.group(4) in _UNITS:
+                used = float(m.group(1)) * _UNITS[m.group(2)]
+                total = float(m.group(3)) * _UNITS[m.group(4)]
+                out[prefix + "memoryUsageBytes"] = used
+                if total > 0:
+                    out[prefix + "memoryUsage"] = used / total * 100.0
+        duty = cells[-1] if table == "both" else cells[1] if table == "duty" else None
+        if duty is not None and duty.endswith("%"):
+            with contextlib.suppress(ValueError):
+                out[prefix + "dutyCycle"] = float(duty[:-1])
+    return out
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def has_tpu(pci_root: str = PCI_ROOT) -> bool:
+    """Whether a Google PCI device (a TPU chip) is present; reads sysfs, loads nothing."""
+    for vendor in glob.glob(os.path.join(pci_root, "*", "vendor")):
+        try:
+            with open(vendor) as f:
+                if f.read().strip().lower() == GOOGLE_PCI_VENDOR:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+class TPUCollector(BackgroundCollector):
+    """Google TPU metrics from ``tpu-info`` (keys: see :func:`parse_tpu_info`).
+
+    ``tpu-info`` reads the TPU runtime's metrics service (gRPC on localhost:8431, served
+    by libtpu inside the training process); it is run every ``poll_interval`` seconds on
+    the collector's own thread, since one run of it costs about a second of CPU. Before
+    the training process has opened the TPU there is nothing to read and no keys.
+    sysmetrics itself never imports libtpu, JAX or torch_xla.
+
+    A run that fails (cannot start, times out, exits non-zero) costs one warning; the
+    collector keeps trying.
+
+    Args:
+        path: the ``tpu-info`` executable.
+        poll_interval: seconds between runs.
+
+    """
+
+    name = "tpu"
+    peak_keys = frozenset({"memoryUsageBytes"})
+    thread_name = "sysmetrics-tpu"
+
+    def __init__(self, path: str, poll_interval: float = 10.0) -> None:
+        super().__init__()
+        self.command = [path]
+        self.poll_interval = poll_interval
+        self._warned = False
+        self._proc: subprocess.Popen[str] | None = None
+
+    @classmethod
+    def create(cls, pci_root: str = PCI_ROOT) -> TPUCollector | None:
+        """The collector where a TPU chip is on the PCI bus and ``tpu-info`` is on PATH.
+
+        Otherwise None, with one debug line (never a warning).
+        """
+        if not has_tpu(pci_root):
+            log.debug("sysmetrics: TPU collector unavailable: no Google TPU on the PCI bus")
+            return None
+        found = shutil.which("tpu-info")
+        if found is None:
+            log.debug("sysmetrics: TPU collector unavailable: no tpu-info on PATH")
+            return None
+        return cls(found)
+
+    def read(self) -> dict[str, float]:
+        """Run ``tpu-info`` once and parse what it printed."""
+        with subprocess.Popen(
+            self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,  # its own process group, killed whole on close/timeout
+        ) as proc:  # fmt: skip
+            self._proc = proc
+            try:
+                stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise
+            finally:
+                self._proc = None
+        if proc.returncode != 0:
+            raise RuntimeError(f"exited with {proc.returncode}: {stderr.strip()[-300:]}")
+        return parse_tpu_info(stdout)
+
+    def close(self) -> None:
+        """Stop polling; a ``tpu-info`` still running is killed."""
+        self._closed.set()
+        proc = self._proc
+        if proc is not None:
+            _kill_group(proc)
+        super().close()
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            try:
+                values = self.read()
+            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                if self._closed.is_set():
+                    return
+                if not self._warned:
+                    self._warned = True
+                    warnings.warn(
+                        f"sysmetrics: {self.command[0]} failed, retrying every "
+                        f"{self.poll_interval:g} s: {exc}",
+                        SystemMetricsWarning,
+                        stacklevel=2,
+                    )
+                values = {}
+            if self._closed.is_set():
+                return
+            with self._lock:
+                self._latest = values
+            self._closed.wait(self.poll_interval)
