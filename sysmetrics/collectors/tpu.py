@@ -88,10 +88,10 @@ class TPUCollector(BackgroundCollector):
     """Google TPU metrics from ``tpu-info`` (keys: see :func:`parse_tpu_info`).
 
     ``tpu-info`` reads the TPU runtime's metrics service (gRPC on localhost:8431, served
-    by libtpu inside the training process); it is run every ``poll_interval`` seconds on
-    the collector's own thread, since one run of it costs about a second of CPU. Before
-    the training process has opened the TPU there is nothing to read and no keys.
-    sysmetrics itself never imports libtpu, JAX or torch_xla.
+    by libtpu inside the training process). It runs every ``poll_interval`` seconds on
+    the collector's own thread, as each run starts a Python program that talks gRPC (too
+    heavy for every tick). Before the training process has opened the TPU there is
+    nothing to read and no keys. sysmetrics itself never imports libtpu, JAX or torch_xla.
 
     A run that fails (cannot start, times out, exits non-zero) costs one warning; the
     collector keeps trying.
