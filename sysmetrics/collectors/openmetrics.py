@@ -222,8 +222,9 @@ class OpenMetricsCollector(BackgroundCollector):
                     type_line = line
                 continue
             split = _split_sample(line)
-            if split is None:
-                if line.strip():
+            if split is None:  # parsed every time, if its metric is wanted
+                m = _SAMPLE.match(line)
+                if m is not None and self._wanted(ep_name, m.group()):
                     self._parse_new(ep_name, type_line, line, out, None)
                 continue
             series, value = split
