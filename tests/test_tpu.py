@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 import time
 import warnings
@@ -103,7 +104,24 @@ def test_found_and_polled_on_its_own_thread(on_path: Path) -> None:
         monitor.stop()
     assert snap["tpu.1.memoryUsageBytes"] == pytest.approx(10.40 * GiB)
     assert snap["tpu.0.memoryUsageBytes.max"] == pytest.approx(18.45 * GiB)
-    assert "jax" not in sys.modules and "libtpu" not in sys.modules
+
+
+def test_never_imports_libtpu_jax_or_torch_xla(on_path: Path) -> None:
+    """In a fresh interpreter (other tests import jax): find, poll, read, close."""
+    standin(on_path, (FIXTURES / "static_v6e.txt").read_text())
+    code = (
+        "import sys, time\n"
+        "from sysmetrics.collectors import TPUCollector\n"
+        "c = TPUCollector.create(sys.argv[1])\n"
+        "c.sample()\n"
+        "while not c.sample(): time.sleep(0.05)\n"
+        "c.close()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('jax', 'jaxlib', 'libtpu', 'torch_xla', 'torch')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, pci_tree(on_path, ["0x1ae0"])],
+                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]"
 
 
 def test_absent_without_a_tpu_or_without_tpu_info(on_path: Path) -> None:
