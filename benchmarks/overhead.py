@@ -125,8 +125,8 @@ def mlflow_collect() -> Callable[[], None] | None:
     def run() -> None:
         for m in monitors:
             m.collect_metrics()
-        for m in monitors:  # it aggregates every few samples; keep the buffers small
-            if len(getattr(m, "_metrics", {}).get("cpu_utilization_percentage", [])) > 100:
+        for m in monitors:  # it aggregates and clears every few samples; so do we
+            if len(next(iter(m.metrics.values()), ())) >= 10:
                 m.clear_metrics()
 
     return run
