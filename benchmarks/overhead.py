@@ -41,11 +41,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Optional
 
-from host_sample import raw_reads
+from host_sample import per_call_us, raw_reads
 
 from sysmetrics import SystemMonitor
 from sysmetrics.collectors import NvidiaCollector
 from sysmetrics.collectors.openmetrics import OpenMetricsCollector
+from sysmetrics.collectors.process import process_tree
 from sysmetrics.host import ProcfsSource, default_source
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -55,16 +56,9 @@ warnings.filterwarnings("ignore", ".*does not have many workers.*")
 # -- measuring ----------------------------------------------------------------------
 
 
-def cpu_us_per_call(fn: Callable[[], object], number: int, repeat: int = 7) -> float:
-    """CPU µs of one call (thread CPU clock), median over ``repeat`` batches."""
-    fn()
-    runs = []
-    for _ in range(repeat):
-        t = time.thread_time()
-        for _ in range(number):
-            fn()
-        runs.append((time.thread_time() - t) / number * 1e6)
-    return statistics.median(runs)
+def cpu_us_per_call(fn: Callable[[], object], number: int) -> float:
+    """CPU µs of one call (thread CPU clock), median over 7 batches of ``number`` calls."""
+    return per_call_us(fn, number=number, repeat=7, clock=time.thread_time)[0]
 
 
 def task_cpu_ns(pid: int, tid: int | None = None) -> int:
@@ -78,18 +72,6 @@ def task_cpu_ns(pid: int, tid: int | None = None) -> int:
         except (FileNotFoundError, ProcessLookupError):
             pass
     return total
-
-
-def descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        for t in os.listdir(f"/proc/{p}/task"):
-            with open(f"/proc/{p}/task/{t}/children") as f:
-                kids = [int(c) for c in f.read().split()]
-            out += kids
-            todo += kids
-    return out
 
 
 def comm(pid: int) -> str:
@@ -177,7 +159,7 @@ def wandb_running(seconds: float, interval: float) -> tuple[float, int, float] |
     try:
         deadline = time.monotonic() + 30
         while True:
-            procs = {comm(p): p for p in descendants(os.getpid())}
+            procs = {comm(p): p for p, _ in process_tree(ProcfsSource(), os.getpid())[1:]}
             if "wandb-symon" in procs or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
