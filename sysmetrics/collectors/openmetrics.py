@@ -225,7 +225,7 @@ class OpenMetricsCollector(BackgroundCollector):
             if split is None:  # parsed every time, if its metric is wanted
                 m = _SAMPLE.match(line)
                 if m is not None and self._wanted(ep_name, m.group()):
-                    self._parse_new(ep_name, type_line, line, out, None)
+                    self._parse_new(ep_name, type_line, line, out)
                 continue
             series, value = split
             if series in cache:
@@ -234,24 +234,22 @@ class OpenMetricsCollector(BackgroundCollector):
                     try:
                         out[key] = float(value)
                     except ValueError:  # let the parser say what is wrong with it
-                        self._parse_new(ep_name, type_line, line, out, None)
+                        self._parse_new(ep_name, type_line, line, out)
                 continue
             m = _SAMPLE.match(series)
             if m is None or not self._wanted(ep_name, m.group()):
                 cache[series] = None
                 continue
-            self._parse_new(ep_name, type_line, line, out, (cache, series))
+            cache[series] = self._parse_new(ep_name, type_line, line, out)
         return out
 
     def _parse_new(
-        self,
-        ep_name: str,
-        type_line: str,
-        line: str,
-        out: dict[str, float],
-        remember: tuple[dict[str, str | None], str] | None,
-    ) -> None:
-        """Parse one series line with prometheus_client; raises on a malformed line."""
+        self, ep_name: str, type_line: str, line: str, out: dict[str, float]
+    ) -> str | None:
+        """Parse one series line with prometheus_client into ``out``; its key, or None.
+
+        Raises on a malformed line.
+        """
         key = None
         families = self.parser(f"{type_line}\n{line}\n" if type_line else f"{line}\n")
         for family in families:
@@ -266,9 +264,7 @@ class OpenMetricsCollector(BackgroundCollector):
                 out[key] = float(s.value)
                 if family.type == "counter":
                     self._counters.add(key)
-        if remember is not None:
-            cache, series = remember
-            cache[series] = key
+        return key
 
     def _labels_wanted(self, ep_name: str, metric: str, labels: Mapping[str, str]) -> bool:
         full = f"{ep_name}.{metric}"

@@ -68,6 +68,8 @@ def parse_tpu_info(text: str) -> dict[str, float]:
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
+    if proc.returncode is not None:  # reaped: its pid may already be someone else's
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
 
