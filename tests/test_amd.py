@@ -1,6 +1,8 @@
-"""AMD collector. This machine has no AMD GPU: the tests put a stand-in ``rocm-smi`` on PATH,
-a real executable that prints captured ``rocm-smi -a --json`` output
-(``tests/fixtures/amd/``, see the README there), so the real subprocess and parsing run."""
+"""AMD collector. This machine has no AMD GPU: the tests put a stand-in ``rocm-smi`` or
+``amd-smi`` on PATH, a real executable that prints captured ``rocm-smi -a --json`` output
+(``tests/fixtures/amd/``) or captured ``amd-smi metric/static --json`` output
+(``tests/fixtures/amd-smi/``; sources in ``tests/fixtures/README.md``), so the real
+subprocess and parsing run."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import pytest
 
 from sysmetrics import SystemMetricsWarning, SystemMonitor
 from sysmetrics.collectors import AMDCollector
-from sysmetrics.collectors.amd import parse_rocm_smi
+from sysmetrics.collectors.amd import parse_amd_smi, parse_amd_smi_limits, parse_rocm_smi
 
 FIXTURES = Path(__file__).parent / "fixtures" / "amd"
+AMD_SMI = Path(__file__).parent / "fixtures" / "amd-smi"
+MIB = 1024**2
 
 
 def fixture(name: str) -> dict[str, object]:
@@ -131,3 +135,105 @@ def test_bad_path_is_a_clear_error_at_construction(tmp_path: Path) -> None:
         ValueError, match=r"rocm_smi_path='.*nope' is invalid: it is not an executable"
     ):
         SystemMonitor(rocm_smi_path=str(tmp_path / "nope"))
+
+
+def amd_smi_standin(
+    tmp_path: Path, metric: str, static: str | None = None, noise: str = ""
+) -> Path:
+    """An ``amd-smi`` in ``tmp_path/bin`` answering ``metric`` and ``static`` (exit 1 if None)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (tmp_path / "metric.json").write_text(noise + metric)
+    static_cmd = f"cat '{tmp_path / 'static.json'}'" if static is not None else "exit 1"
+    if static is not None:
+        (tmp_path / "static.json").write_text(static)
+    exe = bin_dir / "amd-smi"
+    exe.write_text(
+        "#!/bin/sh\n"
+        f"case \"$1\" in metric) cat '{tmp_path / 'metric.json'}' ;; static) {static_cmd} ;;"
+        " *) exit 2 ;; esac\n"
+    )
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
+@pytest.fixture
+def amd_smi_only(on_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """PATH: the stand-in bin folder, then the system's (for ``cat``; no ROCm there)."""
+    monkeypatch.setattr("sysmetrics.collectors.amd.ROCM_LOCATIONS", ())
+    monkeypatch.setattr("sysmetrics.collectors.amd.AMD_SMI_LOCATIONS", ())
+    monkeypatch.setenv("PATH", os.pathsep.join([str(on_path / "bin"), "/usr/bin", "/bin"]))
+    (on_path / "bin").mkdir(exist_ok=True)
+    return on_path
+
+
+def test_amd_smi_used_where_rocm_smi_is_absent(amd_smi_only: Path) -> None:
+    """RX 6600: ``amd-smi metric --json`` (a list), and the power cap from ``static``."""
+    amd_smi_standin(
+        amd_smi_only,
+        (AMD_SMI / "rx6600_metric.json").read_text(),
+        static=(AMD_SMI / "rx6600_static.json").read_text(),
+    )
+    c = AMDCollector.create()
+    assert c is not None and c.tool == "amd-smi"
+    assert c.sample() == pytest.approx({
+        "gpu.0.gpu": 1.0, "gpu.0.memory": 0.0, "gpu.0.temp": 36.0,
+        "gpu.0.memoryAllocatedBytes": 202 * MIB, "gpu.0.memoryAllocated": 202 / 8176 * 100,
+        "gpu.0.powerWatts": 6.0, "gpu.0.powerPercent": 6.0,
+    })  # fmt: skip
+
+
+def test_amd_smi_gpu_data_form_with_warnings_before_it_and_no_static(amd_smi_only: Path) -> None:
+    """Two R9700s in ROCm 7's ``{"gpu_data": [...]}``; Python warnings printed first (as
+    amd-smi does on Python 3.14); ``static`` failing only costs ``powerPercent``."""
+    noise = (
+        "/usr/lib/python3.14/site-packages/amdsmi/amdsmi_interface.py:3569: SyntaxWarning:"
+        " 'return' in a 'finally' block\n  return return_dictionary\n"
+    )
+    amd_smi_standin(amd_smi_only, (AMD_SMI / "r9700x2_metric.json").read_text(), noise=noise)
+    c = AMDCollector.create()
+    assert c is not None
+    with SystemMonitor(interval=3600, collectors=[c]) as m:
+        snap = m.snapshot()
+    assert snap["gpu.0.gpu"] == 91.0 and snap["gpu.0.memory"] == 66.0
+    assert snap["gpu.0.temp"] == 54.0 and snap["gpu.0.powerWatts"] == pytest.approx(12.3)
+    assert snap["gpu.0.memoryAllocated"] == pytest.approx(20450 / 30576 * 100)
+    assert snap["gpu.1.powerWatts"] == pytest.approx(23.4)
+    assert snap["gpu.1.memoryAllocatedBytes"] == 57 * MIB
+    assert not any(k.endswith("powerPercent") for k in snap)
+
+
+def test_rocm_smi_is_preferred_when_both_are_installed(amd_smi_only: Path) -> None:
+    amd_smi_standin(amd_smi_only, (AMD_SMI / "rx6600_metric.json").read_text())
+    standin(amd_smi_only, (FIXTURES / "rx6700xt_rocm430.json").read_text())
+    c = AMDCollector.create()
+    assert c is not None and c.tool == "rocm-smi"
+    assert c.sample()["gpu.0.temp"] == 45.0
+
+
+def test_amd_smi_versions_and_missing_fields() -> None:
+    """ROCm 6.4+ moves the cap to ``limit.ppt0.socket_power_limit`` (APUs print "N/A"
+    there); "N/A" readings are skipped and the next temperature sensor is used."""
+    static = json.loads((AMD_SMI / "rx6600_static.json").read_text())
+    cap = static[0]["limit"].pop("socket_power")
+    static[0]["limit"]["ppt0"] = {"socket_power_limit": cap, "max_power_limit": "N/A"}
+    apu = {"gpu": 1, "limit": {"ppt0": {"socket_power_limit": "N/A"}}}
+    limits = parse_amd_smi_limits(json.dumps({"gpu_data": [*static, apu]}))
+    assert limits == {0: 100.0}
+
+    metric = json.loads((AMD_SMI / "rx6600_metric.json").read_text())
+    metric[0]["usage"] = "N/A"
+    metric[0]["temperature"]["edge"] = {"value": "N/A", "unit": "C"}
+    metric.append({"gpu": 1, "power": {"socket_power": "N/A"}})  # an APU with nothing
+    snap = parse_amd_smi(json.dumps(metric), limits)
+    assert snap["gpu.0.temp"] == 37.0 and snap["gpu.0.powerPercent"] == 6.0
+    assert "gpu.0.gpu" not in snap and "gpu.0.memory" not in snap
+    assert not any(k.startswith("gpu.1.") for k in snap)
+    with pytest.raises(ValueError, match="no JSON"):
+        parse_amd_smi("amdsmi_cli_exceptions.AmdSmiLibraryException: init failed")
+
+
+def test_absent_amd_smi_or_no_gpu_is_quietly_unavailable(amd_smi_only: Path) -> None:
+    assert AMDCollector.create() is None
+    amd_smi_standin(amd_smi_only, '{"gpu_data": []}')
+    assert AMDCollector.create() is None
