@@ -33,3 +33,12 @@ def prometheus_parser() -> Any:
             "open_metrics needs prometheus-client: pip install 'sysmetrics[openmetrics]'"
         ) from exc
     return text_string_to_metric_families
+
+
+def gcipuinfo() -> ModuleType | None:
+    """Graphcore's ``gcipuinfo`` (from the Poplar SDK), or None where it cannot be imported."""
+    try:
+        return importlib.import_module("gcipuinfo")
+    except Exception as exc:  # ImportError, or a broken install
+        log.debug("sysmetrics: IPU collector unavailable: cannot import gcipuinfo: %s", exc)
+        return None

@@ -9,6 +9,7 @@ from sysmetrics.collectors.amd import AMDCollector
 from sysmetrics.collectors.base import Aggregation, BaseCollector, Collector
 from sysmetrics.collectors.cpu import CPUCollector
 from sysmetrics.collectors.disk import DiskCollector
+from sysmetrics.collectors.ipu import IPUCollector
 from sysmetrics.collectors.memory import MemoryCollector
 from sysmetrics.collectors.network import NetworkCollector
 from sysmetrics.collectors.nvidia import GpuId, NvidiaCollector
@@ -25,6 +26,7 @@ __all__ = [
     "CPUCollector",
     "Collector",
     "DiskCollector",
+    "IPUCollector",
     "MemoryCollector",
     "NetworkCollector",
     "NvidiaCollector",
@@ -73,6 +75,7 @@ def host_collectors(
         AMDCollector.create(rocm_smi_path),
         TrainiumCollector.create(source, pid, track_process_tree),
         TPUCollector.create(),
+        IPUCollector.create(source, pid, track_process_tree),
         NvidiaCollector.create(source, pid, gpu_ids, track_process_tree),
     ]
     collectors.extend(c for c in accelerators if c is not None)
