@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from sysmetrics.cgroup import find_cgroup
 from sysmetrics.collectors.amd import AMDCollector
+from sysmetrics.collectors.apple import AppleCollector
 from sysmetrics.collectors.base import Aggregation, BaseCollector, Collector
 from sysmetrics.collectors.cpu import CPUCollector
 from sysmetrics.collectors.disk import DiskCollector
@@ -22,6 +23,7 @@ from sysmetrics.host import HostSource, default_source
 __all__ = [
     "AMDCollector",
     "Aggregation",
+    "AppleCollector",
     "BaseCollector",
     "CPUCollector",
     "Collector",
@@ -73,6 +75,7 @@ def host_collectors(
         )
     accelerators = [  # NVML last: the others may still raise on bad options
         AMDCollector.create(rocm_smi_path),
+        AppleCollector.create(),
         TrainiumCollector.create(source, pid, track_process_tree),
         TPUCollector.create(),
         IPUCollector.create(source, pid, track_process_tree),
