@@ -12,7 +12,7 @@ import sys
 
 import psutil
 
-from sysmetrics.collectors.base import BackgroundCollector
+from sysmetrics.collectors.base import BackgroundCollector, stop_child
 
 log = logging.getLogger("sysmetrics")
 
@@ -160,7 +160,7 @@ class AppleCollector(BackgroundCollector):
             self._warn_once("macmon", f"sysmetrics: cannot start {path}: {exc}")
             return
         if self._closed.is_set():  # closed while starting: close() may have missed it
-            self._stop_macmon()
+            stop_child(self.process)
             return
         stdout = self.process.stdout
         assert stdout is not None
@@ -174,18 +174,8 @@ class AppleCollector(BackgroundCollector):
         if not self._closed.is_set():
             self._warn_once("macmon", f"sysmetrics: {path} ended; no GPU temperature or power")
 
-    def _stop_macmon(self) -> None:
-        proc = self.process
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(2.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
     def close(self) -> None:
         """Stop ``macmon`` and the thread."""
         self._closed.set()
-        self._stop_macmon()
+        stop_child(self.process)
         super().close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from collections.abc import Mapping
 from typing import Literal, Protocol, runtime_checkable
@@ -106,3 +107,14 @@ class BackgroundCollector(BaseCollector):
         self._closed.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.join_timeout)
+
+
+def stop_child(proc: subprocess.Popen[str] | None, timeout: float = 2.0) -> None:
+    """Terminate ``proc`` if it still runs, kill it after ``timeout`` seconds, and reap it."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from sysmetrics.collectors.base import BackgroundCollector
+from sysmetrics.collectors.base import BackgroundCollector, stop_child
 from sysmetrics.collectors.process import process_tree
 from sysmetrics.host import HostSource
 
@@ -153,7 +153,7 @@ class TrainiumCollector(BackgroundCollector):
             log.warning("sysmetrics: cannot start %s: %s", self.path, exc)
             return
         if self._closed.is_set():
-            self._terminate()
+            stop_child(self.process)
             return
         stdout = self.process.stdout
         assert stdout is not None
@@ -170,20 +170,10 @@ class TrainiumCollector(BackgroundCollector):
                 with self._lock:
                     self._latest = values
 
-    def _terminate(self) -> None:
-        proc = self.process
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(2.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
     def close(self) -> None:
         """Stop neuron-monitor and the reader thread; remove the generated config."""
         self._closed.set()
-        self._terminate()
+        stop_child(self.process)
         super().close()
         if self._config:
             with contextlib.suppress(OSError):
