@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from sysmetrics.collectors.base import BaseCollector
+from sysmetrics.collectors.base import BaseCollector, find_tool
 
 log = logging.getLogger("sysmetrics")
 
@@ -84,18 +82,6 @@ def parse_rocm_smi(text: str) -> dict[str, float]:
             values["powerPercent"] = values["powerWatts"] / limit * 100.0
         out.update((prefix + k, v) for k, v in values.items() if v is not None)
     return out
-
-
-def find_tool(name: str, locations: Sequence[str]) -> str | None:
-    """``name`` on PATH, else the newest match of ``locations``; None when absent."""
-    found = shutil.which(name)
-    if found:
-        return found
-    for pattern in locations:
-        for path in sorted(glob.glob(pattern), reverse=True):
-            if os.access(path, os.X_OK):
-                return path
-    return None
 
 
 def _amd_smi_gpus(text: str) -> list[dict[str, Any]]:

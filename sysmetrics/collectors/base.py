@@ -1,10 +1,16 @@
-"""The collector protocol: one source each, flat ``{key: float}`` samples."""
+"""The collector protocol: one source each, flat ``{key: float}`` samples.
+
+Also the helpers of collectors that run vendor tools: finding them, stopping their children.
+"""
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 Aggregation = Literal["mean", "last", "peak"]
@@ -118,3 +124,15 @@ def stop_child(proc: subprocess.Popen[str] | None, timeout: float = 2.0) -> None
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def find_tool(name: str, locations: Sequence[str]) -> str | None:
+    """``name`` on PATH, else the newest match of ``locations``; None when absent."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for pattern in locations:
+        for path in sorted(glob.glob(pattern), reverse=True):
+            if os.access(path, os.X_OK):
+                return path
+    return None

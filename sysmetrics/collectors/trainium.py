@@ -7,7 +7,6 @@ import ctypes
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from sysmetrics.collectors.base import BackgroundCollector, stop_child
+from sysmetrics.collectors.base import BackgroundCollector, find_tool, stop_child
 from sysmetrics.collectors.process import process_tree
 from sysmetrics.host import HostSource
 
@@ -73,14 +72,6 @@ def parse_neuron_monitor(doc: dict[str, Any], pids: set[int]) -> dict[str, float
     return out
 
 
-def find_neuron_monitor() -> str | None:
-    """``neuron-monitor`` on PATH or in the Neuron SDK's location; None when absent."""
-    found = shutil.which("neuron-monitor")
-    if found:
-        return found
-    return next((p for p in NEURON_LOCATIONS if os.access(p, os.X_OK)), None)
-
-
 def _die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGKILL when its parent thread dies."""
     if not sys.platform.startswith("linux"):
@@ -131,7 +122,7 @@ class TrainiumCollector(BackgroundCollector):
         cls, source: HostSource, pid: int, track_process_tree: bool = True
     ) -> TrainiumCollector | None:
         """The collector where ``neuron-monitor`` is found; None (one debug line) otherwise."""
-        path = find_neuron_monitor()
+        path = find_tool("neuron-monitor", NEURON_LOCATIONS)
         if path is None:
             log.debug("sysmetrics: Trainium collector unavailable: no neuron-monitor")
             return None
