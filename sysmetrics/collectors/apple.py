@@ -159,18 +159,10 @@ class AppleCollector(BackgroundCollector):
         except OSError as exc:
             self._warn_once("macmon", f"sysmetrics: cannot start {path}: {exc}")
             return
-        if self._closed.is_set():  # closed while starting: close() may have missed it
-            stop_child(self.process)
-            return
-        stdout = self.process.stdout
-        assert stdout is not None
-        with stdout:
-            for line in stdout:
-                if self._closed.is_set():
-                    return
-                values = parse_macmon(line)
-                if values:
-                    self._publish(values)
+        for line in self._lines(self.process):
+            values = parse_macmon(line)
+            if values:
+                self._publish(values)
         if not self._closed.is_set():
             self._warn_once("macmon", f"sysmetrics: {path} ended; no GPU temperature or power")
 

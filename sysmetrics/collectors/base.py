@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 Aggregation = Literal["mean", "last", "peak"]
@@ -107,6 +107,22 @@ class BackgroundCollector(BaseCollector):
             self._thread.start()
         with self._lock:
             return dict(self._latest)
+
+    def _lines(self, proc: subprocess.Popen[str]) -> Iterator[str]:
+        """``proc``'s output lines until it ends or the collector is closed.
+
+        A child started after ``close()`` (which could not stop it yet) is stopped here.
+        """
+        if self._closed.is_set():
+            stop_child(proc)
+            return
+        stdout = proc.stdout
+        assert stdout is not None
+        with stdout:
+            for line in stdout:
+                if self._closed.is_set():
+                    return
+                yield line
 
     def close(self) -> None:
         """Ask the thread to end and wait for it up to ``join_timeout`` seconds."""

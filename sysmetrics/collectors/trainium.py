@@ -143,23 +143,15 @@ class TrainiumCollector(BackgroundCollector):
         except OSError as exc:
             log.warning("sysmetrics: cannot start %s: %s", self.path, exc)
             return
-        if self._closed.is_set():
-            stop_child(self.process)
-            return
-        stdout = self.process.stdout
-        assert stdout is not None
-        with stdout:
-            for line in stdout:
-                if self._closed.is_set():
-                    break
-                try:
-                    doc = json.loads(line)
-                except ValueError:
-                    continue  # a partial or non-JSON line
-                tree = {p for p, _ in process_tree(self.source, self.pid, self.track_process_tree)}
-                values = parse_neuron_monitor(doc, tree)
-                with self._lock:
-                    self._latest = values
+        for line in self._lines(self.process):
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue  # a partial or non-JSON line
+            tree = {p for p, _ in process_tree(self.source, self.pid, self.track_process_tree)}
+            values = parse_neuron_monitor(doc, tree)
+            with self._lock:
+                self._latest = values
 
     def close(self) -> None:
         """Stop neuron-monitor and the reader thread; remove the generated config."""
