@@ -226,9 +226,11 @@ class AMDCollector(BaseCollector):
             if found is None:
                 log.debug("sysmetrics: AMD collector unavailable: no rocm-smi or amd-smi found")
                 return None
-            collector = cls(found, "amd-smi", _power_caps(found))
+            collector = cls(found, "amd-smi")
         try:
             if collector.sample():
+                if collector.tool == "amd-smi":  # the caps only where there is a GPU
+                    collector.limits = _power_caps(found)
                 return collector
             reason = f"{found} reports no GPU"
         except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
