@@ -10,15 +10,14 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sysmetrics import SystemMonitor
 from sysmetrics.collectors import AppleCollector
 from sysmetrics.collectors.apple import MAX_POWER_W, parse_ioreg, parse_macmon
+from tests.polling import wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "apple"
 GIB = 1024**3
@@ -60,14 +59,6 @@ def on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def add_macmon(on_path: Path) -> None:
     executable(on_path / "bin" / "macmon", MACMON.format(python=sys.executable))
-
-
-def wait_for(fn: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := fn()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-    return value
 
 
 def test_ioreg_reads_device_utilization_and_in_use_memory() -> None:

@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noq
 
 from sysmetrics import SystemMetricsWarning, SystemMonitor  # noqa: E402
 from sysmetrics.collectors import OpenMetricsCollector  # noqa: E402
+from tests.polling import wait_for  # noqa: E402
 
 
 class DCGMLike:
@@ -143,10 +144,7 @@ def test_through_the_monitor_with_its_own_thread(dcgm: tuple[str, DCGMLike]) -> 
     url, _ = dcgm
     c = OpenMetricsCollector({"dcgm": url}, poll_interval=0.05)
     with SystemMonitor(interval=0.05, collectors=[c]) as m:
-        deadline = time.monotonic() + 5
-        while "openmetrics.dcgm.DCGM_FI_DEV_GPU_UTIL.0" not in m.snapshot():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(lambda: "openmetrics.dcgm.DCGM_FI_DEV_GPU_UTIL.0" in m.snapshot(), timeout=5)
     assert not c._thread or not c._thread.is_alive()
 
 

@@ -21,6 +21,7 @@ import pytest
 from sysmetrics.collectors import TrainiumCollector
 from sysmetrics.collectors.trainium import parse_neuron_monitor
 from sysmetrics.host import default_source
+from tests.polling import wait_for
 
 REPORT = Path(__file__).parent / "fixtures" / "trainium" / "neuron-monitor-trn1.2xlarge.json"
 
@@ -62,14 +63,6 @@ def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("STANDIN_REPORT", str(tmp_path / "report.json"))
     monkeypatch.setenv("STANDIN_PIDFILE", str(tmp_path / "pid"))
     return tmp_path
-
-
-def wait_for(fn: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := fn()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-    return value
 
 
 def alive(pid: int) -> bool:
