@@ -103,7 +103,6 @@ class AppleCollector(BackgroundCollector):
         self.total_memory = total_memory
         self.interval = interval
         self.process: subprocess.Popen[str] | None = None
-        self._warned: set[str] = set()
 
     @classmethod
     def create(
@@ -133,14 +132,9 @@ class AppleCollector(BackgroundCollector):
         try:
             values.update(self.read_ioreg())
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            self._warn_once("ioreg", f"sysmetrics: Apple GPU: {exc}")
+            self._warn_once("ioreg", f"sysmetrics: Apple GPU: {exc}; retrying")
         with self._lock:
             self._latest = values
-
-    def _warn_once(self, what: str, message: str) -> None:
-        if what not in self._warned:
-            self._warned.add(what)
-            log.warning("%s (warned once; still trying)", message)
 
     def _run(self) -> None:
         if self.macmon is not None:

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
@@ -96,6 +97,7 @@ class BackgroundCollector(BaseCollector):
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        self._warned: set[str] = set()
 
     def _run(self) -> None:
         raise NotImplementedError
@@ -107,6 +109,15 @@ class BackgroundCollector(BaseCollector):
             self._thread.start()
         with self._lock:
             return dict(self._latest)
+
+    def _warn_once(self, what: str, message: str) -> None:
+        """Warn ``message`` (a :class:`SystemMetricsWarning`) the first time ``what`` fails.
+
+        For sources the thread keeps retrying: the collector is not disabled.
+        """
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(message, SystemMetricsWarning, stacklevel=2)
 
     def _lines(self, proc: subprocess.Popen[str]) -> Iterator[str]:
         """``proc``'s output lines until it ends or the collector is closed.

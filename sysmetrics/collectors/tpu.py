@@ -10,9 +10,8 @@ import re
 import shutil
 import signal
 import subprocess
-import warnings
 
-from sysmetrics.collectors.base import BackgroundCollector, SystemMetricsWarning
+from sysmetrics.collectors.base import BackgroundCollector
 
 log = logging.getLogger("sysmetrics")
 
@@ -112,7 +111,6 @@ class TPUCollector(BackgroundCollector):
         super().__init__()
         self.command = [path]
         self.poll_interval = poll_interval
-        self._warned = False
         self._proc: subprocess.Popen[str] | None = None
 
     @classmethod
@@ -163,14 +161,11 @@ class TPUCollector(BackgroundCollector):
             except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
                 if self._closed.is_set():
                     return
-                if not self._warned:
-                    self._warned = True
-                    warnings.warn(
-                        f"sysmetrics: {self.command[0]} failed, retrying every "
-                        f"{self.poll_interval:g} s: {exc}",
-                        SystemMetricsWarning,
-                        stacklevel=2,
-                    )
+                self._warn_once(
+                    "run",
+                    f"sysmetrics: {self.command[0]} failed, retrying every "
+                    f"{self.poll_interval:g} s: {exc}",
+                )
                 values = {}
             if self._closed.is_set():
                 return

@@ -141,7 +141,7 @@ class TrainiumCollector(BackgroundCollector):
                 preexec_fn=_die_with_parent(),
             )  # fmt: skip
         except OSError as exc:
-            log.warning("sysmetrics: cannot start %s: %s", self.path, exc)
+            self._warn_once("start", f"sysmetrics: cannot start {self.path}: {exc}")
             return
         for line in self._lines(self.process):
             try:
