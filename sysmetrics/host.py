@@ -9,8 +9,10 @@ macOS, Windows and Linux systems without procfs.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import time
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
@@ -28,7 +30,8 @@ class ProcStat:
             waited for (reaped), including theirs, seconds.
         threads: number of threads.
         rss_bytes: resident set size, bytes.
-        start_time: when the process started, seconds since the epoch.
+        start_time: when the process started, seconds on the source's :meth:`clock
+            <HostSource.clock>` (Linux: since boot, exact to the clock tick).
 
     """
 
@@ -66,6 +69,23 @@ class HostSource(Protocol):
     def cpu_count(self, pid: int) -> int:
         """Number of CPUs ``pid`` may run on (its affinity mask)."""
 
+    def clock(self) -> float:
+        """Now, on the clock of ``ProcStat.start_time``, rounded down to its resolution.
+
+        A process born at or after a reading of this clock has a ``start_time`` no
+        earlier than that reading.
+        """
+
+
+def _boot_clock(tick: float) -> float:
+    """``CLOCK_BOOTTIME`` in whole clock ticks: the clock of /proc/<pid>/stat's starttime.
+
+    Start times were once turned into wall-clock time with /proc/stat's ``btime``, which
+    is truncated to whole seconds; every newborn process then looked up to a second older
+    than it was. Both sides of the comparison now count the same ticks since boot.
+    """
+    return math.floor(time.clock_gettime(time.CLOCK_BOOTTIME) * tick) / tick
+
 
 def _read(path: str) -> str:
     with open(path, encoding="ascii", errors="replace") as f:
@@ -86,10 +106,6 @@ class ProcfsSource:
         self.root = root
         self._tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-        self._boot_time = 0.0
-        for line in _read(f"{root}/stat").splitlines():
-            if line.startswith("btime "):
-                self._boot_time = float(line.split()[1])
         try:
             self._disks: frozenset[str] | None = frozenset(
                 name.replace("!", "/") for name in os.listdir(sys_block)
@@ -168,7 +184,7 @@ class ProcfsSource:
             children_cpu_seconds=(int(f[13]) + int(f[14])) / tick,
             threads=int(f[17]),
             rss_bytes=int(f[21]) * self._page,
-            start_time=self._boot_time + int(f[19]) / tick,
+            start_time=int(f[19]) / tick,  # clock ticks since boot
         )
 
     def children(self, pid: int) -> list[int]:
@@ -192,6 +208,10 @@ class ProcfsSource:
             return len(os.sched_getaffinity(pid))
         except (AttributeError, OSError):
             return os.cpu_count() or 1
+
+    def clock(self) -> float:
+        """Seconds since boot (``CLOCK_BOOTTIME``), in whole clock ticks."""
+        return _boot_clock(self._tick)
 
     @staticmethod
     def supported(root: str = "/proc") -> bool:
@@ -225,6 +245,11 @@ class PsutilSource:
             psutil_module = psutil
         self.psutil: Any = psutil_module
         self._procs: dict[int, Any] = {}
+        # On Linux psutil adds /proc/stat's whole-second btime to the start ticks; take it
+        # off again and compare on the boot clock, as ProcfsSource does.
+        self._linux = sys.platform.startswith("linux") and hasattr(time, "CLOCK_BOOTTIME")
+        self._boot_time = float(psutil_module.boot_time()) if self._linux else 0.0
+        self._tick = float(os.sysconf("SC_CLK_TCK")) if self._linux else 0.0
 
     def cpu_times(self) -> list[tuple[float, float]]:
         """Per core (busy, total) seconds, busy as psutil's ``cpu_percent`` counts it."""
@@ -274,11 +299,20 @@ class PsutilSource:
                     + getattr(t, "children_system", 0.0),
                     threads=proc.num_threads(),
                     rss_bytes=proc.memory_info().rss,
-                    start_time=proc.create_time(),
+                    start_time=self._start_time(proc.create_time()),
                 )
         except (ps.NoSuchProcess, ps.ZombieProcess):
             self._procs.pop(pid, None)
             return None
+
+    def _start_time(self, create_time: float) -> float:
+        if not self._linux:
+            return float(create_time)
+        return round((create_time - self._boot_time) * self._tick) / self._tick
+
+    def clock(self) -> float:
+        """Wall-clock seconds; seconds since boot in whole clock ticks on Linux."""
+        return _boot_clock(self._tick) if self._linux else time.time()
 
     def children(self, pid: int) -> list[int]:
         """Direct children of ``pid`` (psutil scans the process table to find them)."""

@@ -223,3 +223,69 @@ def test_descendants_found_without_scanning_all_processes() -> None:
         for c in children:
             c.kill()
             c.wait()
+
+
+SPIN_WALL = "import time\nend=time.time()+{s}\nwhile time.time()<end: pass"
+
+
+def procfs_root_with_btime_shift(tmp_path: Path, shift: int) -> Path:
+    """A procfs root whose ``/proc/stat`` says the machine booted ``shift`` s earlier.
+
+    ``btime`` in /proc/stat is the boot time truncated to whole seconds, so on a real
+    machine it is up to a second earlier than the true boot time; ``shift=1`` models the
+    worst case (a boot at x.999 s). Every other entry links to the real /proc, so the
+    process counters are real; ``link`` adds a process born after the root was made.
+    """
+    root = tmp_path / "proc"
+    root.mkdir()
+    lines = []
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            line = f"btime {int(line.split()[1]) - shift}"
+        lines.append(line)
+    (root / "stat").write_text("\n".join(lines) + "\n")
+    for name in os.listdir("/proc"):
+        if name != "stat" and not (root / name).exists():
+            (root / name).symlink_to(f"/proc/{name}")
+    return root
+
+
+@pytest.mark.skipif(not ProcfsSource.supported(), reason="needs Linux procfs")
+def test_a_child_born_between_samples_counts_whatever_the_boot_time(tmp_path: Path) -> None:
+    """Regression: a newborn child looked older than it was (btime has whole-second
+    resolution), and its CPU was dropped as that of an old process joining the tree."""
+    from sysmetrics.collectors import ProcessCollector
+
+    root = procfs_root_with_btime_shift(tmp_path, 1)
+    collector = ProcessCollector(ProcfsSource(root=str(root)), os.getpid())
+    collector.sample()
+    t0 = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-c", SPIN_WALL.format(s=3)])
+    try:
+        (root / str(child.pid)).symlink_to(f"/proc/{child.pid}")
+        time.sleep(1.0)
+        snap = collector.sample()
+        elapsed = time.monotonic() - t0
+        truth = PsutilSource().process(child.pid)
+        assert truth is not None
+    finally:
+        child.kill()
+        child.wait()
+    child_percent = truth.cpu_seconds / elapsed / available_cpus() * 100.0
+    assert child_percent > 20.0 / available_cpus()  # the child really ran
+    assert snap["cpu"] > 0.8 * child_percent, (snap["cpu"], child_percent)
+
+
+def test_a_child_started_after_a_snapshot_counts_in_the_next(source: HostSource) -> None:
+    """The issue's repro through a SystemMonitor, on this machine's real boot time."""
+    with monitor(source, interval=1.0) as m:
+        m.snapshot()
+        child = subprocess.Popen([sys.executable, "-c", SPIN_WALL.format(s=3)])
+        try:
+            time.sleep(1.2)
+            snap = m.snapshot()
+        finally:
+            child.kill()
+            child.wait()
+    one_cpu = 100.0 / available_cpus()
+    assert snap["cpu"] > 0.4 * one_cpu, snap["cpu"]

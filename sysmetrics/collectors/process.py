@@ -8,6 +8,8 @@ from sysmetrics.cgroup import Cgroup
 from sysmetrics.collectors.base import BaseCollector, MiB
 from sysmetrics.host import HostSource, ProcStat
 
+_SAME = 1e-6  # seconds: start times closer than this are the same clock tick
+
 
 def process_tree(source: HostSource, pid: int, descendants: bool = True) -> list[tuple[int, int]]:
     """(pid, parent pid) of ``pid`` and, with ``descendants``, of every descendant."""
@@ -67,8 +69,8 @@ class ProcessCollector(BaseCollector):
         self.memory_total = min(total, limit) if limit else total
         # pid -> (stat, parent pid) at the previous sample
         self._prev: dict[int, tuple[ProcStat, int]] = {}
-        self._prev_time = 0.0  # time.monotonic() of the previous sample
-        self._prev_wall = 0.0  # time.time() of the previous sample
+        self._prev_time = 0.0  # time.monotonic() of the previous sample's counter reads
+        self._prev_clock = 0.0  # source.clock() before the previous sample's tree walk
 
     @property
     def available_cpus(self) -> float:
@@ -82,11 +84,15 @@ class ProcessCollector(BaseCollector):
 
     def sample(self) -> dict[str, float]:
         """CPU percent, threads, RSS and memory percent of the process (tree)."""
+        # A process missing from this walk and born after this reading is new at the next
+        # sample: its whole CPU time counts there.
+        clock = self.source.clock()
         tree = self.tree()
         # Time-stamp the counter reads themselves, not the tree walk before them: under a
         # busy training thread every read can wait for the GIL, and a stamp taken far from
         # the reads turns that wait into phantom CPU percent.
-        start, wall = time.monotonic(), time.time()
+        start = time.monotonic()
+        now = self.source.clock()
         stats: dict[int, tuple[ProcStat, int]] = {}
         for pid, parent in tree:
             st = self.source.process(pid)
@@ -96,10 +102,10 @@ class ProcessCollector(BaseCollector):
         if self.pid not in stats:
             raise ProcessLookupError(f"process {self.pid} no longer exists")
 
-        cpu = self._cpu_seconds(stats, wall)
+        cpu = self._cpu_seconds(stats)
         # The first sample is the average since the root started.
-        elapsed = mono - self._prev_time if self._prev else wall - stats[self.pid][0].start_time
-        self._prev, self._prev_time, self._prev_wall = stats, mono, wall
+        elapsed = mono - self._prev_time if self._prev else now - stats[self.pid][0].start_time
+        self._prev, self._prev_time, self._prev_clock = stats, mono, clock
 
         rss = sum(st.rss_bytes for st, _ in stats.values())
         return {
@@ -114,7 +120,7 @@ class ProcessCollector(BaseCollector):
             return st.cpu_seconds + st.children_cpu_seconds
         return st.cpu_seconds
 
-    def _cpu_seconds(self, stats: dict[int, tuple[ProcStat, int]], wall: float) -> float:
+    def _cpu_seconds(self, stats: dict[int, tuple[ProcStat, int]]) -> float:
         """CPU seconds the tree used since the previous sample (since start on the first)."""
         if not self._prev:
             return sum(self._own(st) for st, _ in stats.values())
@@ -122,12 +128,14 @@ class ProcessCollector(BaseCollector):
         reaped: dict[int, float] = {}  # growth of children_cpu_seconds per continuing pid
         for pid, (st, _) in stats.items():
             prev = self._prev.get(pid)
-            if prev is not None and abs(prev[0].start_time - st.start_time) < 0.05:
+            # Start times are whole clock ticks on the source's clock: compared exactly
+            # (the tolerance only absorbs float rounding).
+            if prev is not None and abs(prev[0].start_time - st.start_time) < _SAME:
                 used += st.cpu_seconds - prev[0].cpu_seconds
                 if self.track_process_tree:
                     reaped[pid] = st.children_cpu_seconds - prev[0].children_cpu_seconds
-            elif st.start_time >= self._prev_wall - 0.05:
-                used += self._own(st)  # born since the previous sample
+            elif st.start_time >= self._prev_clock - _SAME:
+                used += self._own(st)  # born since the previous sample's walk began
             # else: an older process that just joined the tree; it is counted from now on
         if self.track_process_tree:
             # A child that ended and was reaped moved its whole CPU time into its parent's
