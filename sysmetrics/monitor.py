@@ -6,6 +6,7 @@ import atexit
 import difflib
 import logging
 import math
+import numbers
 import os
 import threading
 import time
@@ -42,29 +43,47 @@ _OPTIONS = (
 
 
 def _check_interval(interval: object) -> float:
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+    # Any real number (numpy's included) but bool, which is an int to Python.
+    if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
         raise TypeError(
             f"interval={interval!r} is invalid: it must be a number of seconds "
             f"between {MIN_INTERVAL} and {MAX_INTERVAL:g}"
         )
-    if not (math.isfinite(interval) and MIN_INTERVAL <= interval <= MAX_INTERVAL):
+    value = float(interval)
+    if not (math.isfinite(value) and MIN_INTERVAL <= value <= MAX_INTERVAL):
         raise ValueError(
             f"interval={interval!r} is invalid: it must be a number of seconds "
             f"between {MIN_INTERVAL} and {MAX_INTERVAL:g}"
         )
-    return float(interval)
+    return value
 
 
-def _check_disk_paths(disk_paths: PathLike | Iterable[PathLike]) -> tuple[str, ...]:
-    items = [disk_paths] if isinstance(disk_paths, (str, os.PathLike)) else list(disk_paths)
-    paths = tuple(os.fspath(p) for p in items)
+def _check_disk_paths(disk_paths: object) -> tuple[str, ...]:
+    if isinstance(disk_paths, (str, os.PathLike)):
+        items: list[object] = [disk_paths]
+    elif isinstance(disk_paths, Iterable) and not isinstance(disk_paths, (bytes, Mapping)):
+        items = list(disk_paths)
+    else:
+        raise TypeError(
+            f"disk_paths={disk_paths!r} is invalid: use a path or a list of paths whose "
+            "filesystems to watch (an empty list for none)"
+        )
+    paths: list[str] = []
+    for item in items:
+        p = os.fspath(item) if isinstance(item, (str, os.PathLike)) else None
+        if not isinstance(p, str):
+            raise TypeError(
+                f"disk_paths contains {item!r}, which is not a path: each entry must be a "
+                "string or os.PathLike naming an existing path"
+            )
+        paths.append(p)
     for p in paths:
         if not os.path.exists(p):
             raise ValueError(
                 f"disk_paths contains {p!r}, which does not exist: each entry must be an "
                 "existing path whose filesystem to watch"
             )
-    return paths
+    return tuple(paths)
 
 
 class _Window:

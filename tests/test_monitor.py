@@ -298,6 +298,30 @@ def test_interval_of_the_wrong_type_is_rejected(interval: object) -> None:
         SystemMonitor(interval=interval)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("disk_paths", "match"),
+    [
+        (None, r"disk_paths=None is invalid: use a path or a list of paths"),
+        (5, r"disk_paths=5 is invalid: use a path or a list of paths"),
+        ([None], r"disk_paths contains None, which is not a path"),
+        (["/", 3], r"disk_paths contains 3, which is not a path"),
+    ],
+)
+def test_disk_paths_of_the_wrong_type_name_the_option(disk_paths: object, match: str) -> None:
+    """Regression: these raised bare Python errors ('NoneType' object is not iterable)."""
+    with pytest.raises(TypeError, match=match):
+        SystemMonitor(disk_paths=disk_paths)  # type: ignore[arg-type]
+
+
+def test_numpy_numbers_are_accepted_as_the_interval() -> None:
+    """Regression: np.int64(1) and np.float32(0.5) were rejected as "not a number"."""
+    np = pytest.importorskip("numpy")
+    assert SystemMonitor(interval=np.int64(1)).interval == 1.0
+    assert SystemMonitor(interval=np.float32(0.5)).interval == 0.5
+    with pytest.raises(TypeError, match="interval="):
+        SystemMonitor(interval=np.bool_(True))  # type: ignore[arg-type]
+
+
 def test_missing_disk_path_is_rejected(tmp_path: os.PathLike[str]) -> None:
     missing = os.path.join(os.fspath(tmp_path), "nope")
     with pytest.raises(ValueError, match=r"disk_paths contains '.*nope', which does not exist"):
