@@ -1,0 +1,80 @@
+"""Configuration errors of the three framework callbacks, raised at construction.
+
+Each message names the option, the value and what is allowed; a mistyped option is
+matched against the callback's own options, the monitor's, and each framework's own
+name for them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+
+FRAMEWORKS = ["lightning", "transformers", "keras"]
+
+
+def callback_class(framework: str) -> Any:
+    pytest.importorskip(framework if framework != "lightning" else "lightning.pytorch")
+    return importlib.import_module(f"sysmetrics.integrations.{framework}").SystemMetricsCallback
+
+
+@pytest.fixture(params=FRAMEWORKS)
+def callback_cls(request: pytest.FixtureRequest) -> Any:
+    return callback_class(request.param)
+
+
+@pytest.mark.parametrize(
+    ("option", "hint"),
+    [
+        ("log_every_n_step", "log_every_n_steps"),
+        ("logging_intervals", "logging_interval"),
+        ("logging_steps", "log_every_n_steps"),  # transformers' name for it
+        ("logging_strategy", "logging_interval"),
+        ("prog_bar", "console"),
+        ("disk_path", "disk_paths"),  # a monitor option
+        ("intervall", "interval"),
+    ],
+)
+def test_a_mistyped_option_gets_a_hint_from_every_option(
+    callback_cls: Any, option: str, hint: str
+) -> None:
+    """Regression: only the monitor's options were searched (log_every_n_step suggested
+    nothing, logging_intervals suggested interval)."""
+    with pytest.raises(TypeError) as failure:
+        callback_cls(**{option: 5})
+    message = str(failure.value)
+    assert f"SystemMetricsCallback got an unknown option {option!r} (did you mean {hint!r}?)" in (
+        message
+    )
+    assert "log_every_n_steps" in message and "disk_paths" in message  # lists the options
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"include": 5}, TypeError, r"include=5 is invalid: use a glob pattern or a list"),
+        ({"exclude": [None]}, TypeError, r"exclude contains None"),
+        ({"disk_paths": None}, TypeError, r"disk_paths=None is invalid"),
+        ({"disk_paths": [None]}, TypeError, r"disk_paths contains None, which is not a path"),
+        ({"console": "yes"}, TypeError, r"console='yes' is invalid: use True or False"),
+        ({"log_every_n_steps": 2.5}, ValueError, r"log_every_n_steps=2.5 is invalid"),
+        ({"logging_interval": "batch"}, ValueError, r"logging_interval='batch' is invalid"),
+    ],
+)
+def test_bad_values_name_the_option_and_what_is_allowed(
+    callback_cls: Any,
+    kwargs: dict[str, Any],
+    error: type[Exception],
+    match: str,
+) -> None:
+    with pytest.raises(error, match=match):
+        callback_cls(**kwargs)
+
+
+def test_numpy_numbers_are_accepted(callback_cls: Any) -> None:
+    np = pytest.importorskip("numpy")
+    cb = callback_cls(interval=np.float32(0.5), log_every_n_steps=np.int64(4))
+    assert cb.core.log_every_n_steps == 4 and type(cb.core.log_every_n_steps) is int
+    assert cb.core.monitor_options["interval"] == np.float32(0.5)
