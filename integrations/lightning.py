@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from sysmetrics.callback import CallbackCore
+
+from . import _lightning
 
 
 class SystemMetricsCallback(Callback):
@@ -19,9 +23,11 @@ class SystemMetricsCallback(Callback):
     exception. With ``logging_interval="step"`` the metrics are logged at the steps the
     trainer logs its own metrics (``Trainer(log_every_n_steps=...)``, or this callback's
     ``log_every_n_steps``) with the trainer's step, so ``system/cpu`` at step N sits beside
-    ``train_loss`` at step N. With ``"epoch"`` they are logged once per training epoch, at
-    the step of the epoch-level metrics. Each point is the aggregate since the previous
-    one (see :meth:`sysmetrics.SystemMonitor.snapshot`).
+    ``train_loss`` at step N, including the last step when training stops early
+    (``EarlyStopping``, ``max_time``, ``trainer.should_stop``). With ``"epoch"`` they are
+    logged once per training epoch, at the step of the epoch-level metrics. Each point is
+    the aggregate since the previous one (see :meth:`sysmetrics.SystemMonitor.snapshot`).
+    The progress bar does not show them unless ``console=True``.
 
     Keys: every key of :class:`sysmetrics.SystemMonitor` (``cpu``, ``proc.memory.rssMB``,
     ``disk./.usagePercent``, ...; see the README's table), after ``prefix`` joined with
@@ -37,6 +43,7 @@ class SystemMetricsCallback(Callback):
         prefix: put before every key (default ``system/``).
         include: glob patterns of keys to keep (default all), e.g. ``["cpu", "proc.*"]``.
         exclude: glob patterns of keys to leave out.
+        console: also show the latest logged metrics in the progress bar.
         **monitor_options: passed to :class:`sysmetrics.SystemMonitor`.
 
     Raises:
@@ -53,13 +60,16 @@ class SystemMetricsCallback(Callback):
         prefix: str = "system/",
         include: str | Iterable[str] | None = None,
         exclude: str | Iterable[str] | None = None,
+        console: bool = False,
         **monitor_options: Any,
     ) -> None:
         self.core = CallbackCore(
-            interval, logging_interval, log_every_n_steps, prefix, include, exclude,
-            **monitor_options,
+            interval, logging_interval, log_every_n_steps, prefix, include, exclude, console,
+            owner=type(self).__name__, **monitor_options,
         )  # fmt: skip
+        self._shown: dict[str, float] = {}
 
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit" and not trainer.loggers:
             raise MisconfigurationException(
@@ -67,40 +77,49 @@ class SystemMetricsCallback(Callback):
                 "(logger=False). Give it a logger, or remove the callback."
             )
 
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.core.start(sample=trainer.local_rank == 0)
+        undo: list[Callable[[], None]] = []
+        if trainer.is_global_zero:
+            hook = functools.partial(self._on_step_log, trainer)
+            undo.append(_lightning.on_train_step_log(trainer, hook))
+            if self.core.console:
+                undo.append(_lightning.show_in_progress_bar(trainer, self._shown.copy))
+        self._shown.clear()
 
-    def on_train_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
-        if self.core.monitor is None or not trainer.is_global_zero:
+        def cleanup() -> None:
+            for u in undo:
+                u()
+
+        self.core.start(sample=trainer.local_rank == 0, cleanup=cleanup)
+
+    def _on_step_log(self, trainer: pl.Trainer, step: int, trainer_logs: bool) -> None:
+        """Where the trainer decides whether it logs its metrics for ``step``."""
+        if self.core.monitor is None:
             return
-        epoch_loop = trainer.fit_loop.epoch_loop
-        if trainer.fit_loop._should_accumulate():
-            return  # no optimizer step, and the trainer logs nothing either
-        # The same gate and step the trainer uses for its own metrics at this point.
-        step = epoch_loop._batches_that_stepped
-        if self.core.due(step + 1, trainer._logger_connector.should_update_logs):
+        # The trainer's own gate; with our own cadence, the trainer's last (stopping) step.
+        if self.core.due(step + 1, trainer_logs) or (
+            self.core.logging_interval == "step" and trainer.should_stop
+        ):
             self._log(trainer, step)
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.core.logging_interval == "epoch" and trainer.is_global_zero:
             # Epoch-level metrics are logged at the last step of the epoch.
-            self._log(trainer, trainer.fit_loop.epoch_loop._batches_that_stepped - 1)
+            self._log(trainer, _lightning.logged_step(trainer) - 1)
 
+    @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.core.stop()
 
+    @override
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
         self.core.stop()
 
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.core.stop()
 
@@ -110,3 +129,5 @@ class SystemMetricsCallback(Callback):
             metrics = self.core.named(snapshot, getattr(logger, "group_separator", "/"))
             if metrics:
                 logger.log_metrics(metrics, step=step)
+        if self.core.console:
+            self._shown.update(self.core.named(snapshot))

@@ -182,3 +182,73 @@ def test_ddp_one_sampler_per_node_and_one_point_per_step(tmp_path: Path) -> None
     loss_steps = steps_with(rows, "train_loss_step")
     assert loss_steps == [1, 3]  # 8 batches over 2 ranks = 4 steps
     assert steps_with(rows, "system/cpu") == loss_steps  # one point per step, not per rank
+
+
+class StopsAt(TinyModel):
+    """Sets ``trainer.should_stop`` in its own ``on_train_batch_end``, which runs after
+    every callback's (as a module reacting to its loss would)."""
+
+    def __init__(self, batch: int) -> None:
+        super().__init__()
+        self.stop_batch = batch
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == self.stop_batch:
+            self.trainer.should_stop = True
+
+
+class StopCallback(pl.Callback):
+    """Stops training in ``on_train_batch_end`` after ours, as ``Timer(max_time)`` does."""
+
+    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        if trainer.global_step == 5:
+            trainer.should_stop = True
+
+
+@pytest.mark.parametrize("how", ["module", "later-callback", "max_time"])
+def test_the_stopping_step_has_a_system_point(tmp_path: Path, how: str) -> None:
+    """Regression: the trainer logs the step at which training stops (should_stop), and
+    the system metrics were missing there."""
+    cb = SystemMetricsCallback(interval=0.05)
+    kw: dict[str, Any] = {"log_every_n_steps": 3}
+    if how == "module":
+        kw["model"] = StopsAt(4)
+    elif how == "later-callback":
+        kw["callbacks"] = [cb, StopCallback()]
+    else:
+        kw["model"] = TinyModel(sleep=0.05)
+        kw["max_time"] = {"seconds": 0.4}
+    model = kw.pop("model", None) or TinyModel()
+    callbacks = kw.pop("callbacks", [cb])
+    trainer = pl.Trainer(
+        max_epochs=2, logger=[CSVLogger(tmp_path, name="csv")], callbacks=callbacks,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        accelerator="cpu", devices=1, **kw,
+    )  # fmt: skip
+    trainer.fit(model, loader())
+    rows = csv_rows(tmp_path)
+    loss_steps = steps_with(rows, "train_loss_step")
+    assert trainer.global_step < 16 and loss_steps[-1] == trainer.global_step - 1
+    if how != "max_time":
+        assert loss_steps == [2, 4]
+    assert steps_with(rows, "system/cpu") == loss_steps
+
+
+@pytest.mark.parametrize("console", [False, True])
+def test_progress_bar_shows_system_metrics_only_when_asked(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], console: bool
+) -> None:
+    cb = SystemMetricsCallback(interval=0.05, include="cpu", console=console)
+    trainer = pl.Trainer(
+        max_epochs=1, logger=CSVLogger(tmp_path, name="csv"), callbacks=[cb],
+        enable_checkpointing=False, enable_model_summary=False, accelerator="cpu", devices=1,
+        log_every_n_steps=2,
+    )  # fmt: skip
+    trainer.fit(TinyModel(), loader())
+    captured = capfd.readouterr()
+    console_text = captured.out + captured.err
+    assert "Epoch 0" in console_text  # the real progress bar was drawn
+    assert ("system/cpu" in console_text) == console
+    assert steps_with(csv_rows(tmp_path), "system/cpu") == [1, 3, 5, 7]
+    bar = trainer.progress_bar_callback
+    assert bar is not None and "get_metrics" not in vars(bar)  # unwrapped at the end

@@ -1,0 +1,78 @@
+"""The Lightning internals the Lightning callback reads, in one place.
+
+Lightning has no public API for "the step the trainer logs at" or "is the trainer
+logging its training-step metrics now"; these read private attributes that have the same
+meaning from Lightning 2.2 to 2.6 (the versions the test matrix runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning.pytorch as pl
+
+
+def logged_step(trainer: pl.Trainer) -> int:
+    """The step the trainer's loggers get for training metrics logged now.
+
+    ``_batches_that_stepped`` (not ``global_step``, which counts optimizer steps and is
+    one ahead in ``on_train_batch_end``) is what ``_LoggerConnector.log_metrics`` uses.
+    """
+    return int(trainer.fit_loop.epoch_loop._batches_that_stepped)
+
+
+def on_train_step_log(trainer: pl.Trainer, hook: Callable[[int, bool], None]) -> Callable[[], None]:
+    """Call ``hook(step, trainer_logs)`` where the trainer decides to log its step metrics.
+
+    The trainer decides in ``_LoggerConnector.update_train_step_metrics``, after every
+    callback's ``on_train_batch_end`` and the module's: a later callback (``Timer`` for
+    ``max_time``) or the module may set ``trainer.should_stop`` in between, which makes the
+    trainer log that step. So the gate is evaluated there, exactly as the trainer does, by
+    wrapping that method on this trainer's connector. The hook is not called on batches
+    that only accumulate gradients.
+
+    Returns:
+        A function that removes the wrapper.
+
+    """
+    connector: Any = trainer._logger_connector
+    original = connector.update_train_step_metrics
+
+    def update_train_step_metrics() -> None:
+        fit_loop = trainer.fit_loop
+        accumulating = (
+            fit_loop._should_accumulate() and trainer.lightning_module.automatic_optimization
+        )
+        step = logged_step(trainer)
+        trainer_logs = bool(connector.should_update_logs or getattr(trainer, "fast_dev_run", 0))
+        original()
+        if not accumulating:
+            hook(step, trainer_logs)
+
+    connector.update_train_step_metrics = update_train_step_metrics
+    return lambda: connector.__dict__.pop("update_train_step_metrics", None)
+
+
+def show_in_progress_bar(
+    trainer: pl.Trainer, metrics: Callable[[], dict[str, float]]
+) -> Callable[[], None]:
+    """Add ``metrics()`` to what the trainer's progress bar shows (its ``get_metrics``).
+
+    ``ProgressBar.get_metrics`` is public and documented as the place to change the
+    items shown; it is wrapped on this trainer's progress bar instance.
+
+    Returns:
+        A function that removes the wrapper.
+
+    """
+    bar: Any = trainer.progress_bar_callback
+    if bar is None:
+        return lambda: None
+    original = bar.get_metrics
+
+    def get_metrics(*args: Any, **kwargs: Any) -> Any:
+        return {**original(*args, **kwargs), **metrics()}
+
+    bar.get_metrics = get_metrics
+    return lambda: bar.__dict__.pop("get_metrics", None)
