@@ -3,7 +3,6 @@ the batch logs another callback receives."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import importlib.util
 import os
@@ -20,6 +19,7 @@ keras = pytest.importorskip("keras", reason="needs the [keras] extra")
 np = pytest.importorskip("numpy")
 
 from sysmetrics.integrations.keras import SystemMetricsCallback  # noqa: E402
+from tests.polling import wait_for  # noqa: E402
 
 
 def model(fail_at: int | None = None) -> Any:
@@ -79,16 +79,25 @@ def sampler_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name == "sysmetrics-monitor"]
 
 
-def test_exception_in_a_training_step_stops_the_sampler_at_once() -> None:
+def stopped(cb: SystemMetricsCallback) -> bool:
+    return cb.core.monitor is None and sampler_threads() == []
+
+
+def test_exception_in_a_training_step_stops_the_sampler() -> None:
     x, y = data()
     cb = SystemMetricsCallback(interval=0.05)
     m = model(fail_at=2)
-    with pytest.raises(RuntimeError, match="boom"):
+    with pytest.raises(RuntimeError, match="boom") as failure:
         m.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
-    assert cb.core.monitor is None and sampler_threads() == []
+    # The traceback (and with it fit's frames) is still alive here, as in a notebook.
+    assert failure.tb is not None
+    wait_for(lambda: stopped(cb), timeout=2.0)
 
 
-def test_exception_elsewhere_in_fit_stops_the_sampler_once_handled() -> None:
+def test_exception_elsewhere_in_fit_stops_the_sampler_while_the_traceback_lives() -> None:
+    """Regression: with the traceback kept (a notebook keeps sys.last_traceback), the
+    sampler ran for as long as the traceback lived."""
+
     def fail(batch: int, logs: Any) -> None:
         if batch == 2:
             raise ValueError("a callback failed")
@@ -96,12 +105,71 @@ def test_exception_elsewhere_in_fit_stops_the_sampler_once_handled() -> None:
     x, y = data()
     cb = SystemMetricsCallback(interval=0.05)
     failing = keras.callbacks.LambdaCallback(on_train_batch_end=fail)
-    with contextlib.suppress(ValueError):
+    kept: list[BaseException] = []
+    try:
         model().fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb, failing])
-    assert cb.core.monitor is None and sampler_threads() == []
+    except ValueError as exc:
+        kept.append(exc)  # keeps exc.__traceback__, fit's frames and its callback list
+    assert kept and kept[0].__traceback__ is not None
+    wait_for(lambda: stopped(cb), timeout=2.0)
     # The callback can train again afterwards; the old run's clean-up does not touch it.
     history = model().fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
     assert len(history.history["system/cpu"]) == 1
+    assert stopped(cb)
+
+
+@pytest.mark.parametrize("console", [False, True])
+@pytest.mark.parametrize("verbose", [1, 2])
+def test_progress_bar_looks_as_without_sysmetrics_unless_asked(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], console: bool, verbose: int
+) -> None:
+    """Regression: the progress bar printed every system key on each epoch line (and,
+    with "step", on every batch), since Keras adds it after the user's callbacks."""
+    x, y = data()
+    log = tmp_path / "log.csv"
+    cb = SystemMetricsCallback(interval=0.05, logging_interval="step", console=console)
+    history = model().fit(
+        x, y, batch_size=16, epochs=2, verbose=verbose,
+        callbacks=[cb, keras.callbacks.CSVLogger(str(log))],
+    )  # fmt: skip
+    out = capfd.readouterr().out
+    assert "Epoch 2/2" in out and "loss" in out  # the real progress bar printed
+    assert ("system/" in out) == console, out[-2000:]
+    assert len(history.history["system/cpu"]) == 2  # the loggers get the keys either way
+    with open(log) as f:
+        assert "system/proc.memory.rssMB" in next(csv.reader(f))
+
+
+STEPS_PER_EXECUTION_SCRIPT = """
+import keras, numpy as np
+from sysmetrics.integrations.keras import SystemMetricsCallback
+x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
+m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+m.compile(optimizer="sgd", loss="mse", steps_per_execution=4)
+seen = []
+recorder = keras.callbacks.LambdaCallback(
+    on_train_batch_end=lambda batch, logs: seen.append((batch, "system/cpu" in logs)))
+cb = SystemMetricsCallback(interval=30.0, logging_interval="step", log_every_n_steps=8,
+                           include="cpu")
+m.fit(x, x[:, :1], batch_size=2, epochs=2, verbose=0, callbacks=[recorder, cb])
+print([b for b, has in seen if has])
+"""
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install jax)"
+)
+def test_log_every_n_steps_counts_batches_with_steps_per_execution() -> None:
+    """Regression: on JAX with steps_per_execution=4 the callback runs once per 4 batches,
+    and log_every_n_steps counted those calls (points at batch 31 only)."""
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(
+        [sys.executable, "-c", STEPS_PER_EXECUTION_SCRIPT],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # 32 batches an epoch, 64 over two: batches 8, 16, ... counted across epochs.
+    assert proc.stdout.strip() == "[7, 15, 23, 31, 7, 15, 23, 31]", proc.stdout
 
 
 def test_bad_options_fail_at_construction() -> None:

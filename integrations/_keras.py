@@ -1,0 +1,66 @@
+"""The Keras internals the Keras callback reads, in one place.
+
+Keras hands every callback one ``logs`` dict in list order and does not give a callback
+the list it is in; it appends its ``ProgbarLogger`` after the user's callbacks. These
+helpers find that list (through the calling frame), reorder it, and keep the progress
+bar's view of ``logs`` as it would be without sysmetrics. ``CallbackList.callbacks`` and
+``ProgbarLogger``'s two hooks have the same meaning from Keras 3.0 to 3.15.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import Any
+
+from keras.callbacks import CallbackList, ProgbarLogger
+
+from sysmetrics.callback import calling_frame
+
+
+def callback_list() -> tuple[Any, FrameType] | None:
+    """From a callback's ``on_train_begin``: ``fit``'s ``CallbackList`` and ``fit``'s frame."""
+    return calling_frame(CallbackList)
+
+
+def move_to_front(callbacks: Any, callback: Any) -> None:
+    """Put ``callback`` first, so every other callback sees the keys it adds to ``logs``."""
+    cbs = callbacks.callbacks
+    if cbs and cbs[0] is not callback:
+        cbs.remove(callback)
+        cbs.insert(0, callback)
+
+
+def filter_progress_bars(
+    callbacks: Any, view: Callable[[Mapping[str, Any]], dict[str, Any]]
+) -> Callable[[], None]:
+    """Give each ``ProgbarLogger`` in ``callbacks`` ``view(logs)`` instead of ``logs``.
+
+    Wraps the two hooks that print training logs (``on_train_batch_end``,
+    ``on_epoch_end``) on the progress bar instances of this run.
+
+    Returns:
+        A function that removes the wrappers.
+
+    """
+    wrapped: list[Any] = []
+    for cb in callbacks.callbacks:
+        if not isinstance(cb, ProgbarLogger) or "on_epoch_end" in vars(cb):
+            continue
+        on_batch, on_epoch = cb.on_train_batch_end, cb.on_epoch_end
+
+        def on_train_batch_end(batch: int, logs: Any = None, _hook: Any = on_batch) -> None:
+            _hook(batch, view(logs) if logs is not None else logs)
+
+        def on_epoch_end(epoch: int, logs: Any = None, _hook: Any = on_epoch) -> None:
+            _hook(epoch, view(logs) if logs is not None else logs)
+
+        cb.on_train_batch_end, cb.on_epoch_end = on_train_batch_end, on_epoch_end
+        wrapped.append(cb)
+
+    def undo() -> None:
+        for cb in wrapped:
+            vars(cb).pop("on_train_batch_end", None)
+            vars(cb).pop("on_epoch_end", None)
+
+    return undo
