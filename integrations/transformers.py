@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterable
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-from transformers.trainer_callback import CallbackHandler
 
 from sysmetrics import SystemMetricsWarning
-from sysmetrics.callback import CallbackCore, caller_self
+from sysmetrics.callback import CallbackCore
+
+from . import _transformers
 
 _NOT_TRAINING_LOGS = ("eval_", "test_", "predict_")
 
@@ -23,18 +25,20 @@ class SystemMetricsCallback(TrainerCallback):
     callback therefore moves itself to the front of the Trainer's callback list; its
     ``on_log`` then adds the metrics to the training logs before any reporter sees them,
     and to the matching ``state.log_history`` entry. Reporters that rename keys do so as
-    for the loss (TensorBoard shows ``train/system/cpu``).
+    for the loss (TensorBoard shows ``train/system/cpu``). The console (progress bar or
+    printed log lines) shows the logs without them unless ``console=True``.
 
-    With ``logging_interval="step"`` the metrics join the Trainer's training logs at its
-    ``logging_steps`` / ``logging_strategy`` cadence, or every ``log_every_n_steps`` steps
-    (the callback then asks the Trainer to log at those steps). With ``"epoch"`` they join
-    the log at the end of each epoch (one is requested if the strategy has none).
-    Evaluation results and the final training summary never get system metrics, and no
-    step gets two points.
+    With ``logging_interval="step"`` the metrics join the training log at the steps of
+    the loss cadence (``logging_steps`` / ``logging_strategy`` / ``logging_first_step``),
+    or every ``log_every_n_steps`` steps (the callback then asks the Trainer to log at
+    those steps), whatever else is logged in between. With ``"epoch"`` they join the log
+    at the end of each epoch, the last, partial one included (``max_steps``, early
+    stopping); one is requested if the strategy has none. Evaluation results and the final
+    training summary never get system metrics, and no step gets two points.
 
     The local main process of each node samples; the world main process logs. The monitor
-    starts in ``on_train_begin`` and stops in ``on_train_end``; as the Trainer has no
-    failure hook, after an exception the sampler is a daemon thread that stops at exit.
+    starts in ``on_train_begin`` and stops in ``on_train_end``; when ``train()`` raises
+    instead, it stops within about 0.2 s of the training loop leaving the stack.
 
     Keys: every key of :class:`sysmetrics.SystemMonitor`, after ``prefix``.
 
@@ -45,6 +49,7 @@ class SystemMetricsCallback(TrainerCallback):
         prefix: put before every key (default ``system/``).
         include: glob patterns of keys to keep (default all).
         exclude: glob patterns of keys to leave out.
+        console: also print the metrics with the Trainer's console logs.
         **monitor_options: passed to :class:`sysmetrics.SystemMonitor`.
 
     Raises:
@@ -60,41 +65,65 @@ class SystemMetricsCallback(TrainerCallback):
         prefix: str = "system/",
         include: str | Iterable[str] | None = None,
         exclude: str | Iterable[str] | None = None,
+        console: bool = False,
         **monitor_options: Any,
     ) -> None:
         self.core = CallbackCore(
-            interval, logging_interval, log_every_n_steps, prefix, include, exclude,
-            **monitor_options,
+            interval, logging_interval, log_every_n_steps, prefix, include, exclude, console,
+            owner=type(self).__name__, **monitor_options,
         )  # fmt: skip
-        self._last_step = -1
+        self._last_step = -1  # the step of the latest point
+        self._epoch_due = False  # an epoch ended (or training will) and has no point yet
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
-        handler = caller_self(CallbackHandler)
-        if handler is None:
+        self._last_step = -1
+        self._epoch_due = False
+        sample = state.is_local_process_zero
+        found = _transformers.callback_handler()
+        if found is None:
             warnings.warn(
                 "SystemMetricsCallback could not find the Trainer's callback list, so the "
                 "report_to reporters may not see system metrics (state.log_history will)",
                 SystemMetricsWarning,
                 stacklevel=2,
             )
-        elif handler.callbacks[0] is not self:
-            handler.callbacks.remove(self)
-            handler.callbacks.insert(0, self)
-        self._last_step = -1
-        self.core.start(sample=state.is_local_process_zero)
+            self.core.start(sample=sample)
+            return
+        handler, loop_frame = found
+        _transformers.move_to_front(handler, self)
+        undo = (
+            None if self.core.console else _transformers.filter_console(handler, self.core.hidden)
+        )
+        self.core.start(sample=sample, watch=loop_frame, cleanup=undo)
+
+    def on_epoch_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        self._epoch_due = False
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
+        # This callback runs first, before the Trainer decides to log at this step.
+        step = state.global_step
         n = self.core.log_every_n_steps
-        if self.core.logging_interval == "step" and n is not None and state.global_step % n == 0:
+        if self.core.logging_interval == "step":
+            if n is not None and step % n == 0:
+                control.should_log = True
+        elif step >= state.max_steps or _whole(state.epoch):
+            # The epoch's last step, or the last step of all: if the Trainer logs here
+            # (its own cadence, or ours below), on_epoch_end would come too late.
+            self._epoch_due = True
             control.should_log = True
 
     def on_epoch_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
+        if self._last_step == state.global_step:
+            return  # this step already has its point
+        self._epoch_due = True
         if self.core.logging_interval == "epoch":
             control.should_log = True
 
@@ -111,22 +140,36 @@ class SystemMetricsCallback(TrainerCallback):
         if "train_runtime" in logs or any(k.startswith(_NOT_TRAINING_LOGS) for k in logs):
             return  # the end-of-training summary, or evaluation results
         step = state.global_step
-        if step == self._last_step:
-            return
-        if self.core.logging_interval == "epoch":
-            epoch = state.epoch or 0.0
-            if abs(epoch - round(epoch)) > 1e-6 or epoch == 0:
-                return  # not the log of an epoch's last step
-        elif not self.core.due(step, True):
-            return
+        if step < 1 or step == self._last_step or not self._due(args, state):
+            return  # before the first step nothing is due
         metrics = self.core.metrics()
         logs.update(metrics)
         history = state.log_history
         if history and history[-1].get("step") == step:
             history[-1].update(metrics)
         self._last_step = step
+        self._epoch_due = False
+
+    def _due(self, args: TrainingArguments, state: TrainerState) -> bool:
+        """Whether the loss cadence (or ours) has a point at this step."""
+        step = state.global_step
+        if self.core.logging_interval == "epoch":
+            return self._epoch_due
+        if self.core.log_every_n_steps is not None:
+            return step % self.core.log_every_n_steps == 0
+        if step == 1 and args.logging_first_step:
+            return True
+        strategy = args.logging_strategy
+        if strategy == "steps":
+            return bool(state.logging_steps) and step % state.logging_steps == 0
+        return strategy == "epoch" and self._epoch_due
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         self.core.stop()
+
+
+def _whole(epoch: float | None) -> bool:
+    """Whether ``state.epoch`` is a whole number: exact at an epoch's last step."""
+    return epoch is not None and epoch > 0 and math.isclose(epoch, round(epoch), abs_tol=1e-9)

@@ -3,6 +3,7 @@ and ``state.log_history``. Nothing is downloaded."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,13 +11,21 @@ import pytest
 
 transformers = pytest.importorskip("transformers", reason="needs the [transformers] extra")
 torch = pytest.importorskip("torch")
+tqdm = pytest.importorskip("tqdm")
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator", reason="needs tensorboard"
 )
 
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
+from transformers import (  # noqa: E402
+    GPT2Config,
+    GPT2LMHeadModel,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
 
 from sysmetrics.integrations.transformers import SystemMetricsCallback  # noqa: E402
+from tests.polling import wait_for  # noqa: E402
 
 
 class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
@@ -31,7 +40,10 @@ class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def train(tmp_path: Path, callback: SystemMetricsCallback, **args: Any) -> Trainer:
+def train(
+    tmp_path: Path, callback: SystemMetricsCallback, trainer_class: type[Trainer] = Trainer,
+    extra_callbacks: tuple[Any, ...] = (), **args: Any,
+) -> Trainer:  # fmt: skip
     config = GPT2Config(
         vocab_size=64,
         n_positions=16,
@@ -48,9 +60,9 @@ def train(tmp_path: Path, callback: SystemMetricsCallback, **args: Any) -> Train
         "save_strategy": "no", "use_cpu": True, "disable_tqdm": True, "logging_steps": 3,
     }  # fmt: skip
     defaults.update(args)
-    trainer = Trainer(
+    trainer = trainer_class(
         model=GPT2LMHeadModel(config), args=TrainingArguments(**defaults),
-        train_dataset=Tokens(), eval_dataset=Tokens(8), callbacks=[callback],
+        train_dataset=Tokens(), eval_dataset=Tokens(8), callbacks=[callback, *extra_callbacks],
     )  # fmt: skip
     trainer.train()
     return trainer
@@ -112,3 +124,85 @@ def test_own_cadence_and_fast_steps(tmp_path: Path) -> None:
     keys = {k for h in trainer.state.log_history for k in h if k.startswith("system/")}
     assert keys == {"system/cpu", "system/memory"}
     assert cb.core.monitor is None  # stopped at the end of training
+
+
+@pytest.mark.parametrize(
+    ("args", "loss_steps"),
+    [
+        ({"logging_steps": 3}, [3, 5]),  # the last step is logged because we ask for it
+        ({"logging_steps": 5}, [5]),  # the Trainer logs the last step itself
+        ({"logging_strategy": "epoch"}, [5]),  # logged at the (partial) epoch's end
+    ],
+)
+def test_epoch_granularity_with_max_steps_inside_the_first_epoch(
+    tmp_path: Path, args: dict[str, Any], loss_steps: list[int]
+) -> None:
+    """Regression: max_steps shorter than an epoch logged no system point at all."""
+    cb = SystemMetricsCallback(interval=0.05, logging_interval="epoch")
+    trainer = train(tmp_path, cb, max_steps=5, **args)  # 8 steps an epoch
+    assert history_steps(trainer, "loss") == loss_steps
+    assert history_steps(trainer, "system/cpu") == [5]
+    assert tb_scalars(tmp_path)["train/system/cpu"] == [5]
+
+
+class LogsEveryStep(Trainer):  # type: ignore[misc]
+    """A Trainer subclass that logs its own value at every step (as many recipes do)."""
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        loss = super().training_step(*args, **kwargs)
+        self.log({"custom": 1.0})
+        return loss
+
+
+def test_points_follow_the_loss_cadence_whatever_else_is_logged(tmp_path: Path) -> None:
+    """Regression: a Trainer subclass logging at every step got system points every step."""
+    trainer = train(tmp_path, SystemMetricsCallback(interval=0.05), trainer_class=LogsEveryStep)
+    assert len(history_steps(trainer, "custom")) == 16
+    loss_steps = history_steps(trainer, "loss")
+    assert loss_steps == [3, 6, 9, 12, 15]
+    assert history_steps(trainer, "system/cpu") == loss_steps
+    assert tb_scalars(tmp_path)["train/system/cpu"] == loss_steps
+
+
+@pytest.mark.parametrize("console", [False, True])
+@pytest.mark.parametrize("disable_tqdm", [True, False])
+def test_console_looks_as_without_sysmetrics_unless_asked(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    console: bool, disable_tqdm: bool,
+) -> None:  # fmt: skip
+    """Regression: the Trainer's printer printed every system key on every log line."""
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)  # no tqdm thread left behind
+    cb = SystemMetricsCallback(interval=0.05, console=console)
+    trainer = train(tmp_path, cb, disable_tqdm=disable_tqdm)
+    captured = capfd.readouterr()
+    text = captured.out + captured.err
+    assert "'loss'" in text  # the Trainer printed its log lines
+    assert ("system/" in text) == console, text[-2000:]
+    assert history_steps(trainer, "system/cpu") == [3, 6, 9, 12, 15]
+    assert tb_scalars(tmp_path)["train/system/cpu"] == [3, 6, 9, 12, 15]
+
+
+class FailsAtStep(TrainerCallback):  # type: ignore[misc]
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.global_step == 3:
+            raise RuntimeError("boom")
+
+
+def test_exception_out_of_train_stops_the_sampler_while_the_traceback_lives(
+    tmp_path: Path,
+) -> None:
+    """Regression: after train() raised, the sampler ran until the interpreter exited."""
+    cb = SystemMetricsCallback(interval=0.05)
+    kept: list[BaseException] = []
+    try:
+        train(tmp_path, cb, extra_callbacks=(FailsAtStep(),), report_to=[])
+    except RuntimeError as exc:
+        kept.append(exc)  # keeps the traceback, the Trainer's frames and its callbacks
+    assert kept and kept[0].__traceback__ is not None
+    wait_for(
+        lambda: (
+            cb.core.monitor is None
+            and "sysmetrics-monitor" not in [t.name for t in threading.enumerate()]
+        ),
+        timeout=2.0,
+    )

@@ -1,0 +1,61 @@
+"""The transformers internals the transformers callback reads, in one place.
+
+The Trainer calls its callbacks in list order (``CallbackHandler.callbacks``): its
+reporters (``report_to``) before the user's callbacks, its console printer
+(``ProgressCallback``, or ``PrinterCallback`` with ``disable_tqdm``) after them, and it
+does not give a callback that list. These helpers find the list (through the calling
+frame), reorder it, and give the console printers the logs without our keys. The
+attributes read have the same meaning from transformers 4.40 to 5.x.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import Any
+
+from transformers.trainer_callback import CallbackHandler, PrinterCallback, ProgressCallback
+
+from sysmetrics.callback import calling_frame
+
+
+def callback_handler() -> tuple[Any, FrameType] | None:
+    """From ``on_train_begin``: the Trainer's ``CallbackHandler`` and its training loop frame."""
+    return calling_frame(CallbackHandler)
+
+
+def move_to_front(handler: Any, callback: Any) -> None:
+    """Put ``callback`` first, so the reporters and ``state.log_history`` see what it adds."""
+    callbacks = handler.callbacks
+    if callbacks and callbacks[0] is not callback:
+        callbacks.remove(callback)
+        callbacks.insert(0, callback)
+
+
+def filter_console(
+    handler: Any, view: Callable[[Mapping[str, Any]], dict[str, Any]]
+) -> Callable[[], None]:
+    """Give the console printers' ``on_log`` ``view(logs)`` instead of ``logs``.
+
+    Returns:
+        A function that removes the wrappers.
+
+    """
+    wrapped: list[Any] = []
+    for cb in handler.callbacks:
+        if not isinstance(cb, (ProgressCallback, PrinterCallback)) or "on_log" in vars(cb):
+            continue
+
+        def on_log(
+            args: Any, state: Any, control: Any, logs: Any = None, _hook: Any = cb.on_log, **kw: Any
+        ) -> Any:
+            return _hook(args, state, control, logs=view(logs) if logs is not None else logs, **kw)
+
+        cb.on_log = on_log  # type: ignore[method-assign]  # on this instance only
+        wrapped.append(cb)
+
+    def undo() -> None:
+        for cb in wrapped:
+            vars(cb).pop("on_log", None)
+
+    return undo
