@@ -13,9 +13,29 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
+import keras
 from keras.callbacks import CallbackList, ProgbarLogger
 
 from sysmetrics.callback import calling_frame
+
+# With ``steps_per_execution=k`` (JAX, TensorFlow) ``fit`` calls ``on_train_batch_end``
+# once per k batches, passing the index of the first batch of the k before Keras 3.11 and
+# of the last one (which overshoots on a short last chunk) from 3.11 on.
+_PASSES_LAST_BATCH = tuple(int(p) for p in keras.__version__.split(".")[:2]) >= (3, 11)
+
+
+def batches_done(batch: int, model: Any, steps: int | None) -> int:
+    """Batches of the epoch trained when ``on_train_batch_end(batch)`` is called.
+
+    Args:
+        batch: the index Keras passes.
+        model: the model being fitted (its ``steps_per_execution``).
+        steps: batches in an epoch (``params["steps"]``), None when unknown.
+
+    """
+    per_call = int(getattr(model, "steps_per_execution", 1) or 1)
+    done = batch + 1 if _PASSES_LAST_BATCH else batch + per_call
+    return min(done, steps) if steps else done
 
 
 def callback_list() -> tuple[Any, FrameType] | None:

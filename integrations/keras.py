@@ -85,9 +85,9 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
         self._epoch_start = self._batches
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        # ``batch`` is the index in the epoch of the last batch this call trained: with
-        # ``steps_per_execution=k`` there is one call per k batches.
-        done = self._epoch_start + batch + 1
+        # With ``steps_per_execution=k`` there is one call per k batches.
+        steps = (self.params or {}).get("steps")
+        done = self._epoch_start + _keras.batches_done(batch, self.model, steps)
         before, self._batches = self._batches, done
         if logs is None or self.core.logging_interval != "step":
             return

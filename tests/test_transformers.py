@@ -27,6 +27,13 @@ from transformers import (  # noqa: E402
 from sysmetrics.integrations.transformers import SystemMetricsCallback  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
 
+# transformers 4.41 renamed evaluation_strategy to eval_strategy (the old name went in 4.51).
+EVAL_STRATEGY = (
+    "eval_strategy"
+    if "eval_strategy" in TrainingArguments.__dataclass_fields__
+    else "evaluation_strategy"
+)
+
 
 class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
     def __init__(self, n: int = 32) -> None:
@@ -83,8 +90,8 @@ def history_steps(trainer: Trainer, key: str) -> list[int]:
 
 
 def test_step_metrics_reach_tensorboard_and_log_history(tmp_path: Path) -> None:
-    trainer = train(tmp_path, SystemMetricsCallback(interval=0.05), eval_strategy="steps",
-                    eval_steps=6)  # fmt: skip
+    trainer = train(tmp_path, SystemMetricsCallback(interval=0.05), eval_steps=6,
+                    **{EVAL_STRATEGY: "steps"})  # fmt: skip
     loss_steps = history_steps(trainer, "loss")
     assert loss_steps == [3, 6, 9, 12, 15]  # 16 steps, logging_steps=3
     assert history_steps(trainer, "system/cpu") == loss_steps
