@@ -10,7 +10,7 @@ comma := ,
 EXTRAS ?= test,dev,lightning,transformers,keras
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo host-demo test lint bench overhead clean
+.PHONY: demo host-demo test versions lint bench overhead clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ host-demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Each framework's tests at the minimum version pyproject.toml declares (tox envs; the
+# latest versions are what `make test` runs).
+versions: $(STAMP)
+	$(BIN)/tox -e lightning-min,transformers-min,keras-min
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -48,4 +53,4 @@ overhead: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python benchmarks/overhead.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) .tox build *.egg-info .pytest_cache .mypy_cache .ruff_cache

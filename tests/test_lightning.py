@@ -236,8 +236,11 @@ def test_the_stopping_step_has_a_system_point(tmp_path: Path, how: str) -> None:
 
 @pytest.mark.parametrize("console", [False, True])
 def test_progress_bar_shows_system_metrics_only_when_asked(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], console: bool
-) -> None:
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    console: bool,
+) -> None:  # fmt: skip
+    tqdm = pytest.importorskip("tqdm")
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)  # no tqdm thread left behind
     cb = SystemMetricsCallback(interval=0.05, include="cpu", console=console)
     trainer = pl.Trainer(
         max_epochs=1, logger=CSVLogger(tmp_path, name="csv"), callbacks=[cb],
