@@ -24,16 +24,20 @@ from sysmetrics.callback import calling_frame
 _PASSES_LAST_BATCH = tuple(int(p) for p in keras.__version__.split(".")[:2]) >= (3, 11)
 
 
-def batches_done(batch: int, model: Any, steps: int | None) -> int:
+def batches_per_call(model: Any) -> int:
+    """How many batches one ``on_train_batch_end`` call stands for (``steps_per_execution``)."""
+    return int(getattr(model, "steps_per_execution", 1) or 1)
+
+
+def batches_done(batch: int, per_call: int, steps: int | None) -> int:
     """Batches of the epoch trained when ``on_train_batch_end(batch)`` is called.
 
     Args:
         batch: the index Keras passes.
-        model: the model being fitted (its ``steps_per_execution``).
+        per_call: :func:`batches_per_call` of the model.
         steps: batches in an epoch (``params["steps"]``), None when unknown.
 
     """
-    per_call = int(getattr(model, "steps_per_execution", 1) or 1)
     done = batch + 1 if _PASSES_LAST_BATCH else batch + per_call
     return min(done, steps) if steps else done
 

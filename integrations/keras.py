@@ -67,9 +67,14 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
         )  # fmt: skip
         self._batches = 0  # batches trained in this fit, at the end of the previous call
         self._epoch_start = 0  # ... at the start of this epoch
+        self._per_call = 1  # batches per on_train_batch_end call
+        self._steps: int | None = None  # batches per epoch, where Keras knows
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._batches = self._epoch_start = 0
+        # With ``steps_per_execution=k`` there is one call per k batches.
+        self._per_call = _keras.batches_per_call(self.model)
+        self._steps = (self.params or {}).get("steps")
         found = _keras.callback_list()
         if found is None:
             self.core.start()
@@ -85,9 +90,7 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
         self._epoch_start = self._batches
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        # With ``steps_per_execution=k`` there is one call per k batches.
-        steps = (self.params or {}).get("steps")
-        done = self._epoch_start + _keras.batches_done(batch, self.model, steps)
+        done = self._epoch_start + _keras.batches_done(batch, self._per_call, self._steps)
         before, self._batches = self._batches, done
         if logs is None or self.core.logging_interval != "step":
             return
