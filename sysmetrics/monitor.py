@@ -86,13 +86,43 @@ def _check_disk_paths(disk_paths: object) -> tuple[str, ...]:
     return tuple(paths)
 
 
+# Bounds of the engine (seconds unless said otherwise).
+START_WAIT = 1.0  # start() waits this long for the first sample
+STOP_WAIT = 1.0  # stop() waits this long for the sampling thread to take its last sample
+EXIT_BUDGET = 1.0  # interpreter exit waits this long for all running monitors together
+STUCK_AFTER = 30.0  # a sample() call this long is a stuck collector
+FORGET_AFTER = 10  # ticks: a key not reported this long, its window consumed, is dropped
+FORGET_UNREAD_AFTER = 1000  # ticks: ... even with samples nobody has read
+_SWEEP_EVERY = 16  # ticks between two looks for keys to forget
+_REPR = 120  # characters of a bad value quoted in a warning
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _REPR else text[: _REPR - 3] + "..."
+
+
+def _short(value: object) -> str:
+    """``repr(value)``, cut to a warning's length."""
+    return _cut(repr(value))
+
+
+def _name(exc: BaseException) -> str:
+    """``Type: message`` of an exception, the message cut to a warning's length."""
+    return f"{type(exc).__name__}: {_cut(str(exc))}"
+
+
+class _Misbehaved(Exception):
+    """A collector returned something that is not ``{str: finite real number}``."""
+
+
 class _Window:
     """One key's samples since the previous snapshot."""
 
-    __slots__ = ("count", "kind", "last", "max", "seen", "total")
+    __slots__ = ("count", "kind", "last", "max", "owner", "seen", "total")
 
-    def __init__(self, kind: Aggregation) -> None:
+    def __init__(self, kind: Aggregation, owner: Collector) -> None:
         self.kind = kind
+        self.owner = owner
         self.total = 0.0
         self.count = 0
         self.max = -math.inf
@@ -100,15 +130,27 @@ class _Window:
         self.seen = 0  # the tick that last reported this key
 
 
+_KINDS = ("mean", "last", "peak")
+
+
 class SystemMonitor:
     """Samples host (and accelerator) metrics on a background thread.
 
     One daemon thread samples every ``interval`` seconds on a fixed monotonic schedule
     (tick ``k`` at ``start + k * interval``; a tick that is missed is skipped, never
-    squeezed in). ``start()`` takes the first sample before it returns; ``stop()`` takes a
-    last one, is idempotent and returns within about one interval. The thread never holds
-    up interpreter exit, and a process forked while the monitor runs (a DataLoader worker)
-    does not inherit a running monitor.
+    squeezed in). It takes the first sample, which ``start()`` waits for (at most
+    ``START_WAIT`` s), and a last one when stopped; ``stop()`` is idempotent and waits at
+    most ``STOP_WAIT`` s, whatever the interval. Interpreter exit waits at most
+    ``EXIT_BUDGET`` s for all running monitors together, and never samples itself. A
+    process forked while the monitor runs (a DataLoader worker) does not inherit it.
+
+    Faults stay in the collector that made them: one that raises, returns something that
+    is not ``{str: real number}``, or whose ``aggregation()`` fails is disabled with one
+    :class:`SystemMetricsWarning` and its keys are dropped; non-finite values (NaN, inf)
+    are dropped with a debug line; one whose ``sample()`` has not returned for
+    ``STUCK_AFTER`` s is noticed at the next :meth:`snapshot`, disabled with one warning,
+    and the others go on sampling on a new thread. A key no collector has reported for
+    ``FORGET_AFTER`` ticks is forgotten, so keys that come and go do not accumulate.
 
     :meth:`snapshot` aggregates the samples since the previous snapshot: gauges are
     averaged, cumulative counters give their latest value, and memory gauges get a
@@ -197,7 +239,10 @@ class SystemMonitor:
         self._tick = 0
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
+        self._first = threading.Event()  # the first sample is in (or failed)
         self._thread: threading.Thread | None = None
+        self._generation = 0  # bumped when a stuck thread is left behind
+        self._busy: tuple[Collector, float] | None = None  # in sample() since (monotonic)
         self._state = "new"  # new -> running -> stopped
 
     # -- lifecycle -----------------------------------------------------------------
@@ -213,7 +258,10 @@ class SystemMonitor:
         return list(self._collectors)
 
     def start(self) -> SystemMonitor:
-        """Take the first sample, then start the sampling thread. Idempotent while running.
+        """Start the sampling thread and wait for its first sample. Idempotent while running.
+
+        Returns after the first sample, or after ``START_WAIT`` seconds if a collector is
+        slow; a collector never makes it raise.
 
         Raises:
             RuntimeError: the monitor was already stopped; create a new one.
@@ -225,21 +273,24 @@ class SystemMonitor:
             raise RuntimeError("this SystemMonitor was stopped; create a new one to sample again")
         self._state = "running"
         _live.add(self)
-        start = time.monotonic()
-        self._sample_once()
-        self._thread = threading.Thread(
-            target=self._run, args=(start,), name="sysmetrics-monitor", daemon=True
-        )
-        self._thread.start()
+        try:
+            self._spawn(time.monotonic(), 0)
+        except BaseException:
+            self._state = "stopped"
+            _live.discard(self)
+            raise
+        self._first.wait(START_WAIT)
         return self
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop sampling: take one last sample and close the collectors. Idempotent.
+        """Stop sampling: the thread takes one last sample and closes the collectors.
+
+        Idempotent; never raises because of a collector.
 
         Args:
-            timeout: seconds to wait for a sample in progress; by default the interval
-                plus a second. If a collector is stuck past that, the (daemon) thread is
-                left behind, and neither the last sample nor the closing is attempted.
+            timeout: seconds to wait for the thread (``STOP_WAIT`` by default, whatever
+                the interval). A collector stuck past that is left behind on its daemon
+                thread, with neither a last sample nor the closing.
 
         """
         if self._state != "running":
@@ -248,18 +299,19 @@ class SystemMonitor:
                     self._close(c)
             self._state = "stopped"
             return
+        thread = self._signal_stop()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(STOP_WAIT if timeout is None else timeout)
+            if thread.is_alive():
+                busy = self._busy
+                name = busy[0].name if busy else "?"
+                log.warning("sysmetrics: collector %r is still sampling; leaving it behind", name)
+
+    def _signal_stop(self) -> threading.Thread | None:
         self._state = "stopped"
         _live.discard(self)
         self._stop_event.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(self.interval + 1.0 if timeout is None else timeout)
-            if thread.is_alive():
-                log.warning("sysmetrics: a collector is still sampling; leaving its thread behind")
-                return
-        self._sample_once()
-        for c in self._collectors:
-            self._close(c)
+        return self._thread
 
     def __enter__(self) -> SystemMonitor:
         return self.start()
@@ -272,60 +324,180 @@ class SystemMonitor:
     ) -> None:
         self.stop()
 
-    def _run(self, start: float) -> None:
+    def _spawn(self, start: float, tick: int) -> None:
+        """Start a sampling thread for the schedule ``start + k * interval`` from ``tick``."""
+        thread = threading.Thread(
+            target=self._run,
+            args=(self._generation, start, tick),
+            name="sysmetrics-monitor",
+            daemon=True,
+        )
+        self._thread = thread
+        thread.start()
+
+    def _run(self, generation: int, start: float, k: int) -> None:
+        """The sampling thread: tick ``k`` at ``start + k * interval`` until stopped."""
         interval = self.interval
-        deadline = start + interval
-        while not self._stop_event.wait(max(0.0, deadline - time.monotonic())):
-            self._sample_once()
-            deadline += interval
-            now = time.monotonic()
-            if deadline <= now:  # sampling overran: skip the ticks that are already gone
-                deadline += math.ceil((now - deadline) / interval) * interval
-                if deadline <= now:
-                    deadline += interval
+        try:
+            if k == 0:
+                self._sample_once(generation)
+                self._first.set()
+                k = 1
+            while not self._stop_event.wait(max(0.0, start + k * interval - time.monotonic())):
+                if generation != self._generation:
+                    return  # left behind while stuck; a newer thread samples
+                self._sample_once(generation)
+                # The next tick of the schedule still ahead: overrun ticks are skipped.
+                k = max(k + 1, math.floor((time.monotonic() - start) / interval) + 1)
+            if generation == self._generation:
+                self._sample_once(generation)  # the last sample
+                for c in list(self._collectors):
+                    self._close(c)
+        except BaseException as exc:  # the loop itself: never a dead thread behind "running"
+            if generation == self._generation:
+                self._state = "stopped"
+                _live.discard(self)
+                warnings.warn(
+                    f"sysmetrics: the sampling thread failed and stopped: {_name(exc)}",
+                    SystemMetricsWarning,
+                    stacklevel=1,
+                )
+        finally:
+            self._first.set()
 
     def _after_fork_in_child(self) -> None:
         # The thread does not exist in the child and the lock may have been held at fork.
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
+        self._first = threading.Event()
         self._thread = None
+        self._busy = None
         self._state = "stopped"  # the parent owns the collectors; never close them here
 
     # -- sampling ------------------------------------------------------------------
 
-    def _sample_once(self) -> None:
-        results = []
+    def _sample_once(self, generation: int | None = None) -> None:
+        """Sample every collector and fold the values in (on the sampling thread)."""
+        if generation is None:
+            generation = self._generation
+        results: list[tuple[Collector, object]] = []
+        failed: list[tuple[Collector, str]] = []
         for c in list(self._collectors):
+            self._busy = (c, time.monotonic())
             try:
-                results.append((c, c.sample()))
-            except Exception as exc:
-                self._disable(c, exc)
+                values: object = c.sample()
+            except BaseException as exc:  # KeyboardInterrupt from a collector included
+                failed.append((c, f"failed and is disabled, the others go on: {_name(exc)}"))
+                continue
+            finally:
+                self._busy = None
+            if generation != self._generation:
+                return  # this thread was left behind while ``c`` was stuck
+            results.append((c, values))
         with self._lock:
+            if generation != self._generation:
+                return
             self._tick += 1
             tick, windows = self._tick, self._windows
             for c, values in results:
-                for key, value in values.items():
-                    w = windows.get(key)
-                    if w is None:
-                        w = windows[key] = _Window(c.aggregation(key))
-                    v = float(value)
-                    w.total += v
-                    w.count += 1
-                    w.last = v
-                    w.seen = tick
-                    if v > w.max:
-                        w.max = v
+                try:
+                    self._store(c, values, tick, windows)
+                except _Misbehaved as exc:
+                    failed.append((c, f"{exc}; it is disabled, the others go on"))
+            if tick % _SWEEP_EVERY == 0:
+                self._forget(tick)
+        for c, why in failed:
+            self._disable(c, why)
 
-    def _disable(self, collector: Collector, exc: BaseException) -> None:
-        if collector in self._collectors:
+    @staticmethod
+    def _store(c: Collector, values: object, tick: int, windows: dict[str, _Window]) -> None:
+        """Fold one collector's sample into the windows; raise ``_Misbehaved`` on junk.
+
+        Values are checked before any is stored, so a bad sample stores nothing.
+        """
+        if not isinstance(values, Mapping):
+            raise _Misbehaved(f"returned {_short(values)}, not a mapping of key to number")
+        checked: list[tuple[str, float]] = []
+        for key, value in values.items():
+            if not isinstance(key, str):
+                raise _Misbehaved(f"returned the key {_short(key)}, not a string")
+            if type(value) is float:
+                v = value
+            elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+                try:
+                    v = float(value)
+                except (OverflowError, ValueError, TypeError):
+                    v = math.inf  # an int above 1e308
+            else:
+                raise _Misbehaved(f"returned {key}={_short(value)}, not a real number")
+            if math.isfinite(v):
+                checked.append((key, v))
+            else:
+                log.debug("sysmetrics: %s=%s from %r dropped", key, _short(value), c.name)
+        for key, v in checked:
+            w = windows.get(key)
+            if w is None or w.owner is not c:
+                try:
+                    kind = c.aggregation(key)
+                except Exception as exc:
+                    raise _Misbehaved(f"aggregation({key!r}) failed: {_name(exc)}") from None
+                if kind not in _KINDS:
+                    raise _Misbehaved(f"aggregation({key!r}) returned {_short(kind)}")
+                w = windows[key] = _Window(kind, c)
+            w.total += v
+            w.count += 1
+            w.last = v
+            w.seen = tick
+            if v > w.max:
+                w.max = v
+
+    def _forget(self, tick: int) -> None:
+        """Drop the windows of keys no collector reports any more (under the lock)."""
+        windows = self._windows
+        stale = [
+            key
+            for key, w in windows.items()
+            if tick - w.seen > (FORGET_UNREAD_AFTER if w.count else FORGET_AFTER)
+        ]
+        for key in stale:
+            del windows[key]
+
+    def _disable(self, collector: Collector, why: str) -> None:
+        with self._lock:
+            if collector not in self._collectors:
+                return
             self._collectors.remove(collector)
+            for key in [k for k, w in self._windows.items() if w.owner is collector]:
+                del self._windows[key]
         warnings.warn(
-            f"sysmetrics: collector {collector.name!r} failed and is disabled, the others "
-            f"go on: {type(exc).__name__}: {exc}",
+            f"sysmetrics: collector {collector.name!r} {why}",
             SystemMetricsWarning,
             stacklevel=2,
         )
         self._close(collector)
+
+    def _check_stuck(self) -> None:
+        """Leave a collector stuck in ``sample()`` behind and go on without it."""
+        busy = self._busy
+        if busy is None or time.monotonic() - busy[1] < STUCK_AFTER or self._state != "running":
+            return
+        collector = busy[0]
+        with self._lock:
+            if self._busy is not busy:
+                return  # it returned meanwhile
+            self._generation += 1
+            self._busy = None
+            if collector in self._collectors:
+                self._collectors.remove(collector)
+            for key in [k for k, w in self._windows.items() if w.owner is collector]:
+                del self._windows[key]
+        warnings.warn(
+            f"sysmetrics: collector {collector.name!r} has not returned from sample() for "
+            f"{STUCK_AFTER:g} s; it is disabled (its thread is left behind), the others go on",
+            SystemMetricsWarning,
+            stacklevel=3,
+        )
+        self._spawn(time.monotonic(), 1)
 
     @staticmethod
     def _close(collector: Collector) -> None:
@@ -344,6 +516,7 @@ class SystemMonitor:
             them; keys of a disabled collector are dropped. Empty before ``start()``.
 
         """
+        self._check_stuck()
         out: dict[str, float] = {}
         with self._lock:
             tick = self._tick
@@ -364,11 +537,15 @@ _live: weakref.WeakSet[SystemMonitor] = weakref.WeakSet()
 
 
 def _stop_all_at_exit() -> None:
-    for monitor in list(_live):
-        try:
-            monitor.stop(timeout=1.0)
-        except Exception:
-            log.debug("sysmetrics: stopping a monitor at exit failed", exc_info=True)
+    """Ask every running monitor to stop; wait ``EXIT_BUDGET`` s for all of them together.
+
+    Their threads take their last samples; nothing samples on this (the main) thread.
+    """
+    threads = [m._signal_stop() for m in list(_live)]
+    deadline = time.monotonic() + EXIT_BUDGET
+    for thread in threads:
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _after_fork_in_child() -> None:

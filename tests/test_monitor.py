@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -9,11 +10,14 @@ import textwrap
 import threading
 import time
 import warnings
+from typing import Any
 
 import pytest
 
+import sysmetrics.monitor as sysmetrics_monitor
 from sysmetrics import BaseCollector, SystemMetricsWarning, SystemMonitor
 from tests.conftest import ScriptedCollector
+from tests.polling import wait_for
 
 
 class TimestampCollector(BaseCollector):
@@ -349,3 +353,288 @@ def test_bad_collector_and_pid_are_rejected() -> None:
 def test_single_disk_path_string_is_accepted(tmp_path: os.PathLike[str]) -> None:
     m = SystemMonitor(disk_paths=tmp_path)
     assert m.disk_paths == (os.fspath(tmp_path),)
+
+
+# -- faults stay contained --------------------------------------------------------------
+
+
+class Junk(BaseCollector):
+    """Returns ``good`` on its first sample, then ``junk`` (as a misbehaving collector)."""
+
+    name = "junk"
+
+    def __init__(self, junk: object, good: object = None) -> None:
+        self.junk = junk
+        self.good = {"junk.ok": 1.0} if good is None else good
+        self.calls = 0
+        self.closed = False
+
+    def sample(self) -> Any:
+        self.calls += 1
+        return self.good if self.calls == 1 else self.junk
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class BadAggregation(BaseCollector):
+    name = "badagg"
+
+    def sample(self) -> dict[str, float]:
+        return {"badagg.x": 1.0}
+
+    def aggregation(self, key: str) -> Any:
+        raise KeyError("no such key kind")
+
+
+def feed_until(good: ScriptedCollector, m: SystemMonitor, n: int) -> dict[str, float]:
+    """Feed ``good`` ``n`` increasing samples and return the snapshot of them."""
+    good.feed(*({"good": float(i)} for i in range(2, n + 2)))
+    good.wait_entered(n + 2)
+    return m.snapshot()
+
+
+@pytest.mark.parametrize(
+    ("junk", "shown"),
+    [
+        ({"junk.ok": "12"}, "junk.ok='12'"),
+        ({"junk.ok": None}, "junk.ok=None"),
+        ({"junk.ok": True}, "junk.ok=True"),
+        ({3: 1.0}, "the key 3"),
+        ([1.0, 2.0], "[1.0, 2.0]"),
+        (None, "returned None"),
+        ({"junk.ok": "x" * 100_000}, "junk.ok='xxxx"),
+    ],
+    ids=["str", "None", "bool", "int-key", "list", "None-sample", "huge-str"],
+)
+def test_junk_disables_its_collector_with_one_warning_and_the_rest_goes_on(
+    junk: object, shown: str
+) -> None:
+    """Regression: junk killed the sampling thread silently and froze every metric."""
+    good = ScriptedCollector({"good": 1.0})
+    bad = Junk(junk)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = SystemMonitor(interval=0.01, collectors=[bad, good]).start()
+        try:
+            assert m.snapshot() == {"junk.ok": 1.0, "good": 1.0}
+            snap = feed_until(good, m, 3)  # the samples go on after the junk
+        finally:
+            good.release()
+            m.stop()
+    assert snap == {"good": 3.0}  # mean of 2, 3, 4: live, and the junk's keys are gone
+    assert m.collectors == [good] and bad.closed and bad.calls == 2
+    messages = [str(w.message) for w in caught if w.category is SystemMetricsWarning]
+    assert len(messages) == 1 and "'junk'" in messages[0] and shown in messages[0], messages
+    assert len(messages[0]) < 400  # a huge value is quoted short
+
+
+def test_an_aggregation_that_raises_disables_its_collector() -> None:
+    good = ScriptedCollector({"good": 1.0})
+    with pytest.warns(SystemMetricsWarning, match=r"'badagg' aggregation\('badagg.x'\) failed"):
+        m = SystemMonitor(interval=0.01, collectors=[BadAggregation(), good]).start()
+    try:
+        assert m.snapshot() == {"good": 1.0}
+        assert feed_until(good, m, 3) == {"good": 3.0}
+    finally:
+        good.release()
+        m.stop()
+
+
+def test_non_finite_values_are_dropped_never_averaged_in(caplog: pytest.LogCaptureFixture) -> None:
+    c = ScriptedCollector({"gauge": 1.0, "peak": 5.0})
+    caplog.set_level("DEBUG", logger="sysmetrics")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SystemMetricsWarning)  # nothing is disabled
+        m = SystemMonitor(interval=0.01, collectors=[c]).start()
+        try:
+            m.snapshot()
+            c.feed(
+                {"gauge": 2.0, "peak": float("nan")},
+                {"gauge": float("inf"), "peak": float("-inf")},
+                {"gauge": 10**400, "peak": float("nan")},
+                {"gauge": 4.0, "peak": float("nan")},
+            )
+            c.wait_entered(6)
+            snap = m.snapshot()
+        finally:
+            c.release()
+            m.stop()
+    # gauge: mean of 2 and 4; peak: no finite sample in the window, so it is not current.
+    assert snap == {"gauge": 3.0}
+    assert all(math.isfinite(v) for v in snap.values())
+    assert "dropped" in caplog.text
+
+
+class Raises(BaseCollector):
+    name = "raises"
+
+    def __init__(self, exc: BaseException, after: int = 0) -> None:
+        self.exc = exc
+        self.after = after
+        self.calls = 0
+
+    def sample(self) -> dict[str, float]:
+        self.calls += 1
+        if self.calls > self.after:
+            raise self.exc
+        return {"raises.x": 1.0}
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(3), RuntimeError("x")])
+def test_start_never_raises_because_of_a_collector(exc: BaseException) -> None:
+    good = ScriptedCollector({"good": 1.0})
+    with pytest.warns(SystemMetricsWarning, match="'raises' failed"):
+        m = SystemMonitor(interval=0.01, collectors=[Raises(exc), good]).start()
+    try:
+        assert m.running and m.snapshot() == {"good": 1.0}
+        assert feed_until(good, m, 3) == {"good": 3.0}
+    finally:
+        good.release()
+        m.stop()
+
+
+class ExplodingMapping(dict):  # type: ignore[type-arg]
+    """A sample whose items() raises KeyboardInterrupt: a fault inside the engine's loop."""
+
+    def items(self) -> Any:
+        raise KeyboardInterrupt
+
+
+def test_a_dead_sampling_thread_never_hides_behind_a_running_monitor() -> None:
+    c = Junk(ExplodingMapping(), good={"junk.ok": 1.0})
+    with pytest.warns(SystemMetricsWarning, match="sampling thread failed"):
+        m = SystemMonitor(interval=0.01, collectors=[c]).start()
+        wait_for(lambda: not m.running, timeout=2.0)
+    assert "sysmetrics-monitor" not in [t.name for t in threading.enumerate()]
+    m.stop()  # and stopping it afterwards is fine
+
+
+class Blocks(BaseCollector):
+    """Blocks in ``sample()`` from call ``first`` on, until released."""
+
+    name = "blocks"
+
+    def __init__(self, first: int = 1) -> None:
+        self.first = first
+        self.calls = 0
+        self.go = threading.Event()
+
+    def sample(self) -> dict[str, float]:
+        self.calls += 1
+        if self.calls >= self.first:
+            self.go.wait(60)
+        return {"blocks.x": 1.0}
+
+
+def test_start_returns_in_bounded_time_when_the_first_sample_blocks() -> None:
+    """Regression: start() took the first sample itself and never returned."""
+    c = Blocks(first=1)
+    t = time.monotonic()
+    m = SystemMonitor(interval=0.05, collectors=[c]).start()
+    try:
+        assert time.monotonic() - t < 3.0
+        assert m.running and m.snapshot() == {}
+    finally:
+        t = time.monotonic()
+        m.stop()
+        assert time.monotonic() - t < 3.0
+        c.go.set()
+
+
+def test_stop_waits_a_bounded_time_whatever_the_interval() -> None:
+    """Regression: stop() waited interval + 1 s (up to an hour) for a stuck collector."""
+    c = Blocks(first=2)  # the first sample returns, stop's last one blocks
+    m = SystemMonitor(interval=3600, collectors=[c]).start()
+    t = time.monotonic()
+    m.stop()
+    assert time.monotonic() - t < 3.0
+    c.go.set()
+
+
+def test_a_stuck_collector_is_left_behind_and_the_others_go_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sysmetrics_monitor, "STUCK_AFTER", 0.3)
+    good = TimestampCollector()
+    stuck = Blocks(first=3)
+    m = SystemMonitor(interval=0.02, collectors=[good, stuck]).start()
+    try:
+        wait_for(lambda: stuck.calls >= 3)
+        n = len(good.times)
+        time.sleep(0.5)
+        assert len(good.times) <= n + 1  # the stuck collector holds everything up
+        with pytest.warns(SystemMetricsWarning, match=r"'blocks' has not returned"):
+            snap = m.snapshot()
+        assert "blocks.x" not in snap
+        wait_for(lambda: len(good.times) > n + 5, timeout=3.0)  # sampling again
+        assert m.collectors == [good] and m.running
+    finally:
+        stuck.go.set()
+        m.stop()
+
+
+EXIT_SCRIPT = """
+import sys, threading, time
+from sysmetrics import BaseCollector, SystemMonitor
+
+class Stuck(BaseCollector):
+    name = "stuck"
+    def __init__(self, first):
+        self.first, self.calls = first, 0
+    def sample(self):
+        self.calls += 1
+        if self.calls >= self.first:
+            threading.Event().wait()  # forever
+        return {"x": 1.0}
+
+first = int(sys.argv[1])
+monitors = [SystemMonitor(interval=0.01, collectors=[Stuck(first)]).start() for _ in range(5)]
+time.sleep(0.2)
+print(time.monotonic(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("first", [1, 2], ids=["stuck-at-start", "stuck-later"])
+def test_interpreter_exit_with_stuck_monitors_takes_about_a_second(first: int) -> None:
+    """Regression: each stuck monitor cost 1 s at exit, one after the other, and the exit
+    handler sampled again on the main thread (a hang with a collector stuck for good)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, str(first)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    ended = time.monotonic()
+    assert proc.returncode == 0, proc.stderr
+    # The child's monotonic clock is the same system clock as ours.
+    assert ended - float(proc.stdout.strip()) < 2.0
+
+
+class Churning(BaseCollector):
+    """Reports 50 new keys at every sample, as an endpoint whose labels keep changing."""
+
+    name = "churn"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def sample(self) -> dict[str, float]:
+        self.calls += 1
+        return {f"churn.{self.calls}.{i}": 1.0 for i in range(50)}
+
+
+def test_keys_that_stop_being_reported_are_forgotten() -> None:
+    """Regression: every key ever seen kept a window, so the engine grew without bound."""
+    c = Churning()
+    m = SystemMonitor(interval=0.01, collectors=[c]).start()
+    try:
+        sizes = []
+        for _ in range(20):
+            time.sleep(0.05)
+            snap = m.snapshot()
+            assert len(snap) <= 50 * 6  # the keys of this window, not of every window
+            sizes.append(len(m._windows))
+        assert c.calls > 100
+    finally:
+        m.stop()
+    bound = 50 * (sysmetrics_monitor.FORGET_AFTER + 2 * sysmetrics_monitor._SWEEP_EVERY)
+    assert max(sizes) <= bound, (max(sizes), bound)
