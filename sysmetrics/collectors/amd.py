@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from sysmetrics.collectors._values import BYTES, GPU, WATTS, checked, kept, number
 from sysmetrics.collectors.base import BaseCollector, find_tool
 
 log = logging.getLogger("sysmetrics")
@@ -27,19 +28,59 @@ _TEMP = (
     "Temperature (Sensor junction) (C)",
     "Temperature (Sensor memory) (C)",
 )
+_MAX_INDEX = 65535
+"""GPU indices above this are misreads (their keys are not made)."""
 
 
 def _number(card: dict[str, Any], *names: str) -> float | None:
-    """The first of ``names`` that holds a number ("N/A", absent or text give None)."""
+    """The first of ``names`` that holds a number, as JSON or as text ("45.0", "12%").
+
+    "N/A", absent, other text or other JSON types give None; the number is not checked.
+    """
     for name in names:
         value = card.get(name)
-        if value is None:
-            continue
-        try:
-            return float(str(value).strip().rstrip("%"))
-        except ValueError:
-            continue
+        if isinstance(value, str):
+            try:
+                return float(value.strip().rstrip("%"))
+            except ValueError:
+                continue
+        found = number(value)
+        if found is not None:
+            return found
     return None
+
+
+def _decode(text: str, start: int, tool: str) -> Any:
+    """The JSON value at ``text[start:]`` (text after it ignored).
+
+    Raises:
+        ValueError: it is not JSON, or nested too deeply to decode.
+
+    """
+    try:
+        return json.JSONDecoder().raw_decode(text[start:])[0]
+    except RecursionError as exc:
+        raise ValueError(f"{tool} printed JSON nested too deeply") from exc
+
+
+def _catalogue(
+    prefix: str, raw: dict[str, float | None], total: float | None, cap: float | None
+) -> dict[str, float]:
+    """The values in ``raw`` that lie in their key's range (:data:`GPU`), as ``prefix + key``.
+
+    ``memoryAllocated`` is derived from ``memoryAllocatedBytes`` and ``total`` (bytes),
+    ``powerPercent`` from ``powerWatts`` and ``cap`` (W), where those are in range.
+    """
+    used = checked(prefix + "memoryAllocatedBytes", raw.get("memoryAllocatedBytes"), BYTES)
+    power = checked(prefix + "powerWatts", raw.get("powerWatts"), WATTS)
+    total = checked(prefix + "total memory", total, BYTES)
+    cap = checked(prefix + "power cap", cap, WATTS)
+    raw = {**raw, "memoryAllocatedBytes": used, "powerWatts": power}
+    if used is not None and total:
+        raw["memoryAllocated"] = used / total * 100.0
+    if power is not None and cap:
+        raw["powerPercent"] = power / cap * 100.0
+    return kept(prefix, raw, GPU)
 
 
 def parse_rocm_smi(text: str) -> dict[str, float]:
@@ -52,35 +93,34 @@ def parse_rocm_smi(text: str) -> dict[str, float]:
     used, bytes), ``gpu.{i}.temp`` (°C, edge sensor, else junction, else memory),
     ``gpu.{i}.powerWatts`` (average, or MI300's current socket, graphics package power, W),
     ``gpu.{i}.powerPercent`` (of the card's max graphics package power).
+
+    Values out of range are left out (one debug line each): % outside 0..100, °C outside
+    -50..200, bytes outside 0..2**64, W outside 0..10000, NaN or infinite anything.
+
+    Raises:
+        ValueError: the output holds no JSON object, or one that does not decode.
+
     """
     start = text.find("{")
     if start < 0:
         raise ValueError(f"rocm-smi printed no JSON: {text[:200]!r}")
-    data, _ = json.JSONDecoder().raw_decode(text[start:])
+    data = _decode(text, start, "rocm-smi")
     out: dict[str, float] = {}
-    cards = [(k, v) for k, v in data.items() if k.startswith("card") and k[4:].isdigit()]
+    cards = [(k, v) for k, v in data.items() if re.fullmatch(r"card[0-9]{1,5}", k)]
     for name, card in sorted(cards, key=lambda kv: int(kv[0][4:])):
-        if not isinstance(card, dict):
+        if not isinstance(card, dict) or int(name[4:]) > _MAX_INDEX:
             continue
-        prefix = f"gpu.{name[4:]}."
-        values = {
+        raw = {
             "gpu": _number(card, "GPU use (%)"),
             "memory": _number(card, "GPU memory use (%)", "GPU Memory Read/Write Activity (%)"),
             "temp": _number(card, *_TEMP),
             "powerWatts": _number(card, *_POWER),
+            "memoryAllocatedBytes": _number(card, "VRAM Total Used Memory (B)"),
+            "memoryAllocated": _number(card, "GPU Memory Allocated (VRAM%)"),
         }
-        used = _number(card, "VRAM Total Used Memory (B)")
         total = _number(card, "VRAM Total Memory (B)")
-        if used is not None:
-            values["memoryAllocatedBytes"] = used
-        if used is not None and total:
-            values["memoryAllocated"] = used / total * 100.0
-        else:
-            values["memoryAllocated"] = _number(card, "GPU Memory Allocated (VRAM%)")
         limit = _number(card, "Max Graphics Package Power (W)")
-        if values["powerWatts"] is not None and limit:
-            values["powerPercent"] = values["powerWatts"] / limit * 100.0
-        out.update((prefix + k, v) for k, v in values.items() if v is not None)
+        out.update(_catalogue(f"gpu.{name[4:]}.", raw, total, limit))
     return out
 
 
@@ -88,16 +128,25 @@ def _amd_smi_gpus(text: str) -> list[dict[str, Any]]:
     """The per-GPU objects of amd-smi's JSON: a list, or ``{"gpu_data": [...]}`` (ROCm 6.4+).
 
     Text before the JSON (Python warnings amd-smi prints on some distributions) is skipped.
+    Objects without a ``gpu`` index (an int in 0..65535) are left out.
+
+    Raises:
+        ValueError: no JSON, JSON that does not decode, or of another shape.
+
     """
     match = re.search(r"^\s*[\[{]", text, re.MULTILINE)
     if match is None:
         raise ValueError(f"amd-smi printed no JSON: {text[:200]!r}")
-    data, _ = json.JSONDecoder().raw_decode(text[match.end() - 1 :])
+    data = _decode(text, match.end() - 1, "amd-smi")
     if isinstance(data, dict):
         data = data.get("gpu_data", [])
     if not isinstance(data, list):
         raise ValueError(f"amd-smi printed unexpected JSON: {text[:200]!r}")
-    return [g for g in data if isinstance(g, dict) and isinstance(g.get("gpu"), int)]
+    return [
+        g
+        for g in data
+        if isinstance(g, dict) and type(g.get("gpu")) is int and 0 <= g["gpu"] <= _MAX_INDEX
+    ]
 
 
 def _field(obj: object, *path: str) -> Any:
@@ -110,18 +159,20 @@ def _field(obj: object, *path: str) -> Any:
 
 
 def _value(obj: object) -> float | None:
-    """amd-smi's ``{"value": v, "unit": u}`` (or a bare number) as a float; "N/A" gives None."""
+    """amd-smi's ``{"value": v, "unit": u}`` (or a bare number) as a float; "N/A" gives None.
+
+    The number is not checked (it may be NaN or infinite).
+    """
     if isinstance(obj, dict):
         obj = obj.get("value")
-    if isinstance(obj, bool) or not isinstance(obj, (int, float)):
-        return None
-    return float(obj)
+    return number(obj)
 
 
 def _bytes(obj: object) -> float | None:
     """An amd-smi memory figure in bytes (its unit read from the value; None if unknown)."""
     value = _value(obj)
-    scale = _UNIT_BYTES.get(str(_field(obj, "unit") or "B"))
+    unit = _field(obj, "unit") or "B"
+    scale = _UNIT_BYTES.get(unit) if isinstance(unit, str) else None
     return None if value is None or scale is None else value * scale
 
 
@@ -129,7 +180,12 @@ def parse_amd_smi_limits(text: str) -> dict[int, float]:
     """Each GPU's current power cap (W) from ``amd-smi static --limit --json``.
 
     ``limit.socket_power`` before ROCm 6.4, ``limit.ppt0.socket_power_limit`` after;
-    GPUs reporting neither ("N/A", as APUs do) are left out.
+    GPUs reporting neither ("N/A", as APUs do), or a cap outside 0..10000 W or of 0 W,
+    are left out.
+
+    Raises:
+        ValueError: the output holds no JSON, JSON that does not decode, or of another shape.
+
     """
     out: dict[int, float] = {}
     for gpu in _amd_smi_gpus(text):
@@ -137,6 +193,7 @@ def parse_amd_smi_limits(text: str) -> dict[int, float]:
         cap = _value(_field(limit, "socket_power"))
         if cap is None:
             cap = _value(_field(limit, "ppt0", "socket_power_limit"))
+        cap = checked(f"gpu.{gpu['gpu']} power cap", cap, WATTS)
         if cap:
             out[gpu["gpu"]] = cap
     return out
@@ -151,26 +208,27 @@ def parse_amd_smi(text: str, limits: Mapping[int, float] | None = None) -> dict[
     ``gpu.{i}.memoryAllocatedBytes`` (``used_vram``, bytes), ``gpu.{i}.temp`` (°C, edge
     sensor, else hotspot, else memory), ``gpu.{i}.powerWatts`` (``power.socket_power``, W),
     ``gpu.{i}.powerPercent`` (of the GPU's power cap in ``limits``, %).
+
+    Values out of range are left out (one debug line each): % outside 0..100, °C outside
+    -50..200, bytes outside 0..2**64, W outside 0..10000, NaN or infinite anything.
+
+    Raises:
+        ValueError: the output holds no JSON, JSON that does not decode, or of another shape.
+
     """
     out: dict[str, float] = {}
     for gpu in _amd_smi_gpus(text):
         i = gpu["gpu"]
         temps = (_value(_field(gpu, "temperature", s)) for s in ("edge", "hotspot", "mem"))
-        values = {
+        raw = {
             "gpu": _value(_field(gpu, "usage", "gfx_activity")),
             "memory": _value(_field(gpu, "usage", "umc_activity")),
             "temp": next((t for t in temps if t is not None), None),
             "powerWatts": _value(_field(gpu, "power", "socket_power")),
+            "memoryAllocatedBytes": _bytes(_field(gpu, "mem_usage", "used_vram")),
         }
-        used = _bytes(_field(gpu, "mem_usage", "used_vram"))
         total = _bytes(_field(gpu, "mem_usage", "total_vram"))
-        values["memoryAllocatedBytes"] = used
-        if used is not None and total:
-            values["memoryAllocated"] = used / total * 100.0
-        cap = (limits or {}).get(i)
-        if values["powerWatts"] is not None and cap:
-            values["powerPercent"] = values["powerWatts"] / cap * 100.0
-        out.update((f"gpu.{i}.{k}", v) for k, v in values.items() if v is not None)
+        out.update(_catalogue(f"gpu.{i}.", raw, total, (limits or {}).get(i)))
     return out
 
 
@@ -208,7 +266,8 @@ class AMDCollector(BaseCollector):
 
         ``path`` names the ``rocm-smi`` to use. Without it, ``rocm-smi`` is looked for on
         PATH and in ROCm's install locations, then ``amd-smi`` likewise; one that is absent,
-        fails or reports no GPU gives None (one debug line).
+        fails, prints output that does not parse or reports no GPU gives None (one debug
+        line).
 
         Raises:
             ValueError: ``path`` is not an executable file.
@@ -248,7 +307,9 @@ class AMDCollector(BaseCollector):
 
 def _run(command: Sequence[str]) -> str:
     """The tool's standard output; a failure without JSON raises RuntimeError."""
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    proc = subprocess.run(
+        command, capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S, check=False
+    )
     if proc.returncode != 0 and not re.search(r"[\[{]", proc.stdout):
         raise RuntimeError(
             f"{' '.join(command)} exited with {proc.returncode}: {proc.stderr[-300:]}"

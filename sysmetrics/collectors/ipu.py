@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from sysmetrics import _optional
+from sysmetrics.collectors._values import CELSIUS, GT_S, MHZ, PERCENT, WATTS, Range, checked
 from sysmetrics.collectors.base import Aggregation, BaseCollector
 from sysmetrics.collectors.process import process_tree
 from sysmetrics.host import HostSource
@@ -23,13 +24,16 @@ METRICS = {
     "ipu utilisation (session)": "%",
     "link speed": "GT/s",
 }
-_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+_RANGES: dict[str, Range] = {"C": CELSIUS, "MHz": MHZ, "W": WATTS, "%": PERCENT, "GT/s": GT_S}
+_NUMBER = re.compile(r"[-+]?[0-9]+(?:\.[0-9]+)?")
 
 
 def parse_attribute(name: str, value: str) -> tuple[str, float] | None:
     """``("clock", "1300MHz")`` -> ``("clock (MHz)", 1300.0)``; None for "N/A" or others.
 
     The key is the attribute's name with its unit in parentheses, as W&B names them.
+    Never raises; a value out of range is None too (one debug line): % outside 0..100,
+    °C outside -50..200, W outside 0..10000, MHz outside 0..100000, GT/s outside 0..1000.
     """
     unit = METRICS.get(name)
     text = value.strip()
@@ -38,7 +42,9 @@ def parse_attribute(name: str, value: str) -> tuple[str, float] | None:
     number = text[: -len(unit)].strip()
     if not _NUMBER.fullmatch(number):
         return None
-    return f"{name} ({unit})", float(number)
+    key = f"{name} ({unit})"
+    parsed = checked(key, float(number), _RANGES[unit])
+    return None if parsed is None else (key, parsed)
 
 
 class IPUCollector(BaseCollector):
