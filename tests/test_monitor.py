@@ -16,6 +16,7 @@ import pytest
 
 import sysmetrics.monitor as sysmetrics_monitor
 from sysmetrics import BaseCollector, SystemMetricsWarning, SystemMonitor
+from sysmetrics.collectors.base import BackgroundCollector
 from tests.conftest import ScriptedCollector
 from tests.polling import wait_for
 
@@ -638,3 +639,45 @@ def test_keys_that_stop_being_reported_are_forgotten() -> None:
         m.stop()
     bound = 50 * (sysmetrics_monitor.FORGET_AFTER + 2 * sysmetrics_monitor._SWEEP_EVERY)
     assert max(sizes) <= bound, (max(sizes), bound)
+
+
+class Reader(BackgroundCollector):
+    """A reader-thread collector: publishes twice, then fails (``fail``) or goes quiet."""
+
+    name = "reader"
+    stale_after = 0.3
+
+    def __init__(self, fail: bool) -> None:
+        super().__init__()
+        self.fail = fail
+
+    def _run(self) -> None:
+        self._set_latest({"reader.x": 1.0})
+        self._closed.wait(0.1)
+        self._set_latest({"reader.x": 2.0})
+        if self.fail:
+            self._closed.wait(0.2)
+            raise ValueError("unexpected output: " + "y" * 10_000)
+        self._closed.wait()  # alive, but the source has stopped answering
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["thread-fails", "source-quiet"])
+def test_a_reader_thread_never_serves_stale_values(fail: bool) -> None:
+    """Regression: a reader thread that died (or a source that stopped) left its last
+    values served as current forever, without a warning."""
+    good = TimestampCollector()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with SystemMonitor(interval=0.02, collectors=[Reader(fail), good]) as m:
+            wait_for(lambda: m.snapshot().get("reader.x") == 2.0, timeout=3.0)
+            time.sleep(0.6)
+            m.snapshot()  # the window that saw the last values go
+            time.sleep(0.1)
+            snap = m.snapshot()
+    assert "reader.x" not in snap and "n" in snap  # the others go on
+    messages = [str(w.message) for w in caught if w.category is SystemMetricsWarning]
+    if fail:
+        assert len(messages) == 1 and "'reader'" in messages[0], messages
+        assert "reader thread failed: ValueError" in messages[0] and len(messages[0]) < 600
+    else:
+        assert messages == []

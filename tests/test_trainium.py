@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from sysmetrics import SystemMetricsWarning
 from sysmetrics.collectors import TrainiumCollector
 from sysmetrics.collectors.trainium import parse_neuron_monitor
 from sysmetrics.host import default_source
@@ -130,3 +131,46 @@ def test_absent_neuron_monitor_is_quietly_unavailable(monkeypatch: pytest.Monkey
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr("sysmetrics.collectors.trainium.NEURON_LOCATIONS", ())
     assert TrainiumCollector.create(default_source(), os.getpid()) is None
+
+
+SCRIPTED = """#!{python}
+import os, sys, time
+open(os.environ["STANDIN_PIDFILE"], "w").write(str(os.getpid()))
+for line in open(os.environ["STANDIN_LINES"]).read().split("\\n@@\\n"):
+    print(line, flush=True)
+    time.sleep(0.05)
+"""
+
+
+def test_odd_lines_are_skipped_and_an_ended_child_is_not_current(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: one unexpected line killed the reader thread silently and the last
+    values were served as current forever (the child then died of a broken pipe)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "neuron-monitor"
+    exe.write_text(SCRIPTED.format(python=sys.executable))
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    first, later = report([os.getpid()]), report([os.getpid()])
+    later["neuron_runtime_data"][0]["report"]["memory_used"]["neuron_runtime_used_bytes"][
+        "host"
+    ] = 12345
+    odd = ["[" * 100_000 + "]" * 100_000, "[1, 2]", '"text"', "null", '{"neuron_runtime_data": 5}']
+    lines = [json.dumps(first)] * 3 + odd + [json.dumps(later)] * 10
+    (tmp_path / "lines").write_text("\n@@\n".join(lines))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_LINES", str(tmp_path / "lines"))
+    monkeypatch.setenv("STANDIN_PIDFILE", str(tmp_path / "pid"))
+    c = TrainiumCollector.create(default_source(), os.getpid())
+    assert c is not None
+    c.stale_after = 1.0
+    try:
+        assert wait_for(c.sample)["trn.host_total_memory_usage"] == 610705408
+        # Past the odd lines: the later reports are read.
+        wait_for(lambda: c.sample().get("trn.host_total_memory_usage") == 12345, timeout=5.0)
+        # The child ends: one warning, and its last values stop being current.
+        with pytest.warns(SystemMetricsWarning, match="neuron-monitor ended"):
+            wait_for(lambda: c.sample() == {}, timeout=5.0)
+    finally:
+        c.close()

@@ -12,6 +12,7 @@ import sys
 
 import psutil
 
+from sysmetrics.collectors._values import BYTES, GPU, WATTS, checked, kept, number
 from sysmetrics.collectors.base import BackgroundCollector, stop_child
 
 log = logging.getLogger("sysmetrics")
@@ -31,18 +32,22 @@ def parse_ioreg(text: str, total_memory: float) -> dict[str, float]:
     Keys: ``gpu.0.gpu`` ("Device Utilization %", %), ``gpu.0.memoryAllocatedBytes`` ("In
     use system memory", bytes of unified memory the GPU driver has in use) and
     ``gpu.0.memoryAllocated`` (that over ``total_memory``, the machine's RAM in bytes, %).
+
+    Never raises; values out of range are left out (one debug line each): % outside
+    0..100, bytes outside 0..2**64, NaN or infinite.
     """
     for block in _STATS.findall(text):
         stats = {k: float(v) for k, v in _PAIR.findall(block)}
         if "Device Utilization %" not in stats:
             continue
-        out = {"gpu.0.gpu": stats["Device Utilization %"]}
-        used = stats.get("In use system memory")
+        raw: dict[str, float | None] = {"gpu": stats["Device Utilization %"]}
+        used = checked("gpu.0.memoryAllocatedBytes", stats.get("In use system memory"), BYTES)
+        total = checked("total memory", total_memory, BYTES)
         if used is not None:
-            out["gpu.0.memoryAllocatedBytes"] = used
-            if total_memory > 0:
-                out["gpu.0.memoryAllocated"] = used / total_memory * 100.0
-        return out
+            raw["memoryAllocatedBytes"] = used
+            if total:
+                raw["memoryAllocated"] = used / total * 100.0
+        return kept("gpu.0.", raw, GPU)
     return {}
 
 
@@ -52,25 +57,29 @@ def parse_macmon(line: str) -> dict[str, float]:
     Keys: ``gpu.0.temp`` (``temp.gpu_temp_avg``, °C), ``gpu.0.powerWatts`` (``gpu_power``,
     W), ``gpu.0.powerPercent`` (of :data:`MAX_POWER_W`, %), ``gpu.0.gpu`` (``gpu_usage``'s
     active fraction, as %; ioreg's figure is preferred where both are read).
+
+    Never raises; values out of range are left out (one debug line each): % outside
+    0..100, °C outside -50..200, W outside 0..10000, NaN or infinite.
     """
     try:
         doc = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     if not isinstance(doc, dict):
         return {}
-    out: dict[str, float] = {}
+    raw: dict[str, float | None] = {}
     temp = doc.get("temp")
-    if isinstance(temp, dict) and isinstance(temp.get("gpu_temp_avg"), (int, float)):
-        out["gpu.0.temp"] = float(temp["gpu_temp_avg"])
-    power = doc.get("gpu_power")
-    if isinstance(power, (int, float)):
-        out["gpu.0.powerWatts"] = float(power)
-        out["gpu.0.powerPercent"] = float(power) / MAX_POWER_W * 100.0
+    if isinstance(temp, dict):
+        raw["temp"] = number(temp.get("gpu_temp_avg"))
+    power = checked("gpu.0.powerWatts", number(doc.get("gpu_power")), WATTS)
+    if power is not None:
+        raw["powerWatts"] = power
+        raw["powerPercent"] = power / MAX_POWER_W * 100.0
     usage = doc.get("gpu_usage")
-    if isinstance(usage, list) and len(usage) == 2 and isinstance(usage[1], (int, float)):
-        out["gpu.0.gpu"] = float(usage[1]) * 100.0
-    return out
+    active = number(usage[1]) if isinstance(usage, list) and len(usage) == 2 else None
+    if active is not None:
+        raw["gpu"] = active * 100.0
+    return kept("gpu.0.", raw, GPU)
 
 
 class AppleCollector(BackgroundCollector):
@@ -102,6 +111,7 @@ class AppleCollector(BackgroundCollector):
         self.macmon = macmon
         self.total_memory = total_memory
         self.interval = interval
+        self.stale_after = 3 * interval + TIMEOUT_S  # ioreg runs every interval
         self.process: subprocess.Popen[str] | None = None
 
     @classmethod
@@ -133,8 +143,7 @@ class AppleCollector(BackgroundCollector):
             values.update(self.read_ioreg())
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             self._warn_once("ioreg", f"sysmetrics: Apple GPU: {exc}; retrying")
-        with self._lock:
-            self._latest = values
+        self._set_latest(values)
 
     def _run(self) -> None:
         if self.macmon is not None:

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal, Protocol, runtime_checkable
@@ -83,32 +84,69 @@ class BaseCollector:
 class BackgroundCollector(BaseCollector):
     """A collector whose source is read on its own daemon thread, so ``sample()`` never waits.
 
-    The thread (``_run``, written by the subclass) starts at the first ``sample()``, publishes
-    into ``_latest`` under ``_lock`` and ends once ``_closed`` is set; ``sample()`` returns a
-    copy of the latest values; ``close()`` sets ``_closed`` and waits ``join_timeout``
-    seconds for the thread.
+    The thread (``_run``, written by the subclass) starts at the first ``sample()``,
+    publishes with :meth:`_set_latest` and ends once ``_closed`` is set; ``sample()``
+    returns a copy of the latest values; ``close()`` sets ``_closed`` and waits
+    ``join_timeout`` seconds for the thread.
+
+    Nothing stale is presented as current: where ``stale_after`` is set, values published
+    more than that many seconds ago (the source stopped answering, its child died) are
+    not returned; subclasses without it remove what is no longer current themselves. An
+    exception escaping ``_run`` is a collector failure: its values are dropped at once and
+    the next ``sample()`` raises it, so the monitor disables the collector with one
+    warning.
     """
 
     thread_name = "sysmetrics-background"
     join_timeout = 0.5
+    stale_after: float | None = None  # seconds a published value stays current
 
     def __init__(self) -> None:
         self._latest: dict[str, float] = {}
+        self._published = 0.0  # time.monotonic() of the latest _set_latest
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
         self._warned: set[str] = set()
 
     def _run(self) -> None:
         raise NotImplementedError
 
+    def _main(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # the thread's end, whatever ended it
+            with self._lock:
+                self._latest = {}
+                self._failure = exc
+
+    def _set_latest(self, values: dict[str, float]) -> None:
+        """Publish ``values`` as the current ones (from the thread)."""
+        with self._lock:
+            self._latest = values
+            self._published = time.monotonic()
+
     def sample(self) -> dict[str, float]:
-        """The latest values read by the thread (starts it on the first call); no I/O."""
+        """The latest values read by the thread (starts it on the first call); no I/O.
+
+        Raises:
+            RuntimeError: the thread failed (the collector is then disabled).
+
+        """
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+            self._thread = threading.Thread(target=self._main, name=self.thread_name, daemon=True)
             self._thread.start()
         with self._lock:
-            return dict(self._latest)
+            failure = self._failure
+            if failure is None:
+                limit = self.stale_after
+                if limit is not None and time.monotonic() - self._published > limit:
+                    return {}
+                return dict(self._latest)
+        raise RuntimeError(
+            f"its reader thread failed: {type(failure).__name__}: {str(failure)[:300]}"
+        ) from failure
 
     def _warn_once(self, what: str, message: str) -> None:
         """Warn ``message`` (a :class:`SystemMetricsWarning`) the first time ``what`` fails.

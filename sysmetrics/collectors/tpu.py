@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 
+from sysmetrics.collectors._values import BYTES, PERCENT, checked, kept
 from sysmetrics.collectors.base import BackgroundCollector
 
 log = logging.getLogger("sysmetrics")
@@ -26,6 +27,7 @@ _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40
           "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}  # fmt: skip
 # Tables that carry the catalogue's values; any other title ends the current table.
 _TABLES = {"TPU Runtime Utilization": "both", "TPU HBM Usage": "hbm", "TPU Duty Cycle": "duty"}
+_RANGES = {"memoryUsageBytes": BYTES, "memoryUsage": PERCENT, "dutyCycle": PERCENT}
 
 
 def parse_tpu_info(text: str) -> dict[str, float]:
@@ -36,6 +38,9 @@ def parse_tpu_info(text: str) -> dict[str, float]:
     decimals, so about 10 MB resolution), ``tpu.{i}.memoryUsage`` (HBM in use over HBM
     total, %), ``tpu.{i}.dutyCycle`` (% of time the TensorCores were busy). Rows may be
     drawn with ``|`` or with box characters; other tables and text are ignored.
+
+    Never raises: rows it cannot read are skipped, and values out of range are left out
+    (one debug line each): % outside 0..100, bytes outside 0..2**64, NaN or infinite.
     """
     out: dict[str, float] = {}
     table: str | None = None
@@ -48,21 +53,25 @@ def parse_tpu_info(text: str) -> dict[str, float]:
                 table = _TABLES.get(line)
             continue
         cells = [c.strip() for c in _CELL_SPLIT.split(line) if c.strip()]
-        if table is None or len(cells) < 2 or not cells[0].isdigit():
+        if table is None or len(cells) < 2 or not re.fullmatch(r"[0-9]{1,9}", cells[0]):
             continue  # header or rule rows
         prefix = f"tpu.{int(cells[0])}."
-        if table in ("both", "hbm"):
-            m = _SIZE.search(cells[1])
-            if m and m.group(2) in _UNITS and m.group(4) in _UNITS:
-                used = float(m.group(1)) * _UNITS[m.group(2)]
-                total = float(m.group(3)) * _UNITS[m.group(4)]
-                out[prefix + "memoryUsageBytes"] = used
-                if total > 0:
-                    out[prefix + "memoryUsage"] = used / total * 100.0
+        values: dict[str, float | None] = {}
+        m = _SIZE.search(cells[1]) if table in ("both", "hbm") else None
+        if m and m.group(2) in _UNITS and m.group(4) in _UNITS:
+            with contextlib.suppress(ValueError):  # a number such as "1.2.3"
+                used = checked(
+                    prefix + "memoryUsageBytes", float(m.group(1)) * _UNITS[m.group(2)], BYTES
+                )
+                total = checked(prefix + "HBM total", float(m.group(3)) * _UNITS[m.group(4)], BYTES)
+                values["memoryUsageBytes"] = used
+                if used is not None and total:
+                    values["memoryUsage"] = used / total * 100.0
         duty = cells[-1] if table == "both" else cells[1] if table == "duty" else None
         if duty is not None and duty.endswith("%"):
             with contextlib.suppress(ValueError):
-                out[prefix + "dutyCycle"] = float(duty[:-1])
+                values["dutyCycle"] = float(duty[:-1])
+        out.update(kept(prefix, values, _RANGES))
     return out
 
 
@@ -111,6 +120,8 @@ class TPUCollector(BackgroundCollector):
         super().__init__()
         self.command = [path]
         self.poll_interval = poll_interval
+        # A reading is current until the next run is overdue (a run takes up to TIMEOUT_S).
+        self.stale_after = poll_interval + TIMEOUT_S + 5.0
         self._proc: subprocess.Popen[str] | None = None
 
     @classmethod
@@ -169,6 +180,5 @@ class TPUCollector(BackgroundCollector):
                 values = {}
             if self._closed.is_set():
                 return
-            with self._lock:
-                self._latest = values
+            self._set_latest(values)
             self._closed.wait(self.poll_interval)

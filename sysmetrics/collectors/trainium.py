@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from sysmetrics.collectors._values import BYTES, PERCENT, Range, checked, number
 from sysmetrics.collectors.base import BackgroundCollector, find_tool, stop_child
 from sysmetrics.collectors.process import process_tree
 from sysmetrics.host import HostSource
@@ -33,8 +34,8 @@ CONFIG = {
 }
 
 
-def parse_neuron_monitor(doc: dict[str, Any], pids: set[int]) -> dict[str, float]:
-    """Catalogue keys from one ``neuron-monitor`` report.
+def parse_neuron_monitor(doc: Any, pids: set[int]) -> dict[str, float]:
+    """Catalogue keys from one ``neuron-monitor`` report (a decoded JSON line).
 
     Runtimes whose PID is in ``pids`` are kept; when none is, all are (a runtime in another
     PID namespace, or started by another process of the job). Their numbers are summed.
@@ -44,32 +45,51 @@ def parse_neuron_monitor(doc: dict[str, Any], pids: set[int]) -> dict[str, float
     (bytes: application_memory, constants, dma_buffers, tensors) and
     ``trn.{core}.neuroncore_memory_usage.{kind}`` (bytes: constants, model_code,
     model_shared_scratchpad, runtime_memory, tensors).
+
+    Never raises: a document of another shape gives {}, parts of another shape are
+    skipped, and values out of range are left out (one debug line each): % outside
+    0..100, bytes outside 0..2**64, NaN or infinite anything; a sum out of range likewise.
     """
-    runtimes = [r for r in doc.get("neuron_runtime_data") or [] if isinstance(r, dict)]
-    ours = [r for r in runtimes if r.get("pid") in pids] or runtimes
+    if not isinstance(doc, dict) or not isinstance(doc.get("neuron_runtime_data"), list):
+        return {}
+    runtimes = [r for r in doc["neuron_runtime_data"] if isinstance(r, dict)]
+    ours = [r for r in runtimes if type(r.get("pid")) is int and r["pid"] in pids] or runtimes
     out: dict[str, float] = {}
 
-    def add(key: str, value: Any) -> None:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[key] = out.get(key, 0.0) + float(value)
+    def add(key: str, value: object) -> None:
+        value = checked(key, number(value), _bounds(key))
+        if value is not None:
+            out[key] = out.get(key, 0.0) + value
 
     for runtime in ours:
-        report = runtime.get("report") or {}
-        cores = (report.get("neuroncore_counters") or {}).get("neuroncores_in_use") or {}
-        for core, counters in cores.items():
+        report = _object(runtime, "report")
+        for core, counters in _object(report, "neuroncore_counters", "neuroncores_in_use").items():
             add(
-                f"trn.{core}.neuroncore_utilization", (counters or {}).get("neuroncore_utilization")
+                f"trn.{core}.neuroncore_utilization",
+                _object(counters).get("neuroncore_utilization"),
             )
-        used = (report.get("memory_used") or {}).get("neuron_runtime_used_bytes") or {}
+        used = _object(report, "memory_used", "neuron_runtime_used_bytes")
         add("trn.host_total_memory_usage", used.get("host"))
         add("trn.neuron_device_total_memory_usage", used.get("neuron_device"))
-        breakdown = used.get("usage_breakdown") or {}
-        for kind, value in (breakdown.get("host") or {}).items():
+        for kind, value in _object(used, "usage_breakdown", "host").items():
             add(f"trn.host_total_memory_usage.{kind}", value)
-        for core, kinds in (breakdown.get("neuroncore_memory_usage") or {}).items():
-            for kind, value in (kinds or {}).items():
+        for core, kinds in _object(used, "usage_breakdown", "neuroncore_memory_usage").items():
+            for kind, value in _object(kinds).items():
                 add(f"trn.{core}.neuroncore_memory_usage.{kind}", value)
-    return out
+    # The sums over runtimes, checked again.
+    return {k: v for k, v in out.items() if checked(k, v, _bounds(k)) is not None}
+
+
+def _bounds(key: str) -> Range:
+    """The plausible range of a ``trn.*`` key: % for utilization, else bytes."""
+    return PERCENT if key.endswith("_utilization") else BYTES
+
+
+def _object(obj: object, *path: str) -> dict[str, Any]:
+    """``obj[path[0]][path[1]]...``, or {} where a level is missing or not an object."""
+    for name in path:
+        obj = obj.get(name) if isinstance(obj, dict) else None
+    return obj if isinstance(obj, dict) else {}
 
 
 def _die_with_parent() -> Callable[[], None] | None:
@@ -106,6 +126,7 @@ class TrainiumCollector(BackgroundCollector):
     name = "trainium"
     thread_name = "sysmetrics-neuron-monitor"
     join_timeout = 3.0
+    stale_after = 5.0  # neuron-monitor reports every second
     peak_keys = frozenset({"host_total_memory_usage", "neuron_device_total_memory_usage"})
 
     def __init__(
@@ -146,12 +167,16 @@ class TrainiumCollector(BackgroundCollector):
         for line in self._lines(self.process):
             try:
                 doc = json.loads(line)
-            except ValueError:
-                continue  # a partial or non-JSON line
+            except (ValueError, RecursionError):
+                log.debug("sysmetrics: neuron-monitor line skipped: %.100r", line)
+                continue  # a partial, non-JSON or absurdly nested line
             tree = {p for p, _ in process_tree(self.source, self.pid, self.track_process_tree)}
-            values = parse_neuron_monitor(doc, tree)
-            with self._lock:
-                self._latest = values
+            self._set_latest(parse_neuron_monitor(doc, tree))
+        if not self._closed.is_set():
+            code = self.process.poll()
+            self._warn_once(
+                "ended", f"sysmetrics: {self.path} ended (exit {code}): no Trainium metrics"
+            )
 
     def close(self) -> None:
         """Stop neuron-monitor and the reader thread; remove the generated config."""
