@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
+from transformers import Trainer
 from transformers.trainer_callback import CallbackHandler, PrinterCallback, ProgressCallback
 
 from sysmetrics.callback import calling_frame
@@ -22,6 +23,12 @@ from sysmetrics.callback import calling_frame
 def callback_handler() -> tuple[Any, FrameType] | None:
     """From ``on_train_begin``: the Trainer's ``CallbackHandler`` and its training loop frame."""
     return calling_frame(CallbackHandler)
+
+
+def trainer_of(loop_frame: FrameType) -> Any:
+    """The ``Trainer`` whose training loop ``loop_frame`` is (its ``self``), or None."""
+    trainer = loop_frame.f_locals.get("self")
+    return trainer if isinstance(trainer, Trainer) else None
 
 
 def move_to_front(handler: Any, callback: Any) -> None:
@@ -49,7 +56,12 @@ def filter_console(
         def on_log(
             args: Any, state: Any, control: Any, logs: Any = None, _hook: Any = cb.on_log, **kw: Any
         ) -> Any:
-            return _hook(args, state, control, logs=view(logs) if logs is not None else logs, **kw)
+            if logs is None:
+                return _hook(args, state, control, logs=logs, **kw)
+            shown = view(logs)
+            if len(shown) < len(logs) and set(shown) <= {"epoch", "num_input_tokens_seen"}:
+                return None  # a log of system metrics alone: nothing to print
+            return _hook(args, state, control, logs=shown, **kw)
 
         cb.on_log = on_log  # type: ignore[method-assign]  # on this instance only
         wrapped.append(cb)

@@ -73,12 +73,14 @@ class SystemMetricsCallback(TrainerCallback):
             owner=type(self).__name__, **monitor_options,
         )  # fmt: skip
         self._last_step = -1  # the step of the latest point
+        self._last_log = -1  # the step of the Trainer's latest training log
         self._epoch_due = False  # an epoch ended (or training will) and has no point yet
+        self._trainer: Any = None  # the Trainer of this run, to log a late epoch point
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
-        self._last_step = -1
+        self._last_step = self._last_log = -1
         self._epoch_due = False
         sample = state.is_local_process_zero
         found = _transformers.callback_handler()
@@ -93,10 +95,17 @@ class SystemMetricsCallback(TrainerCallback):
             return
         handler, loop_frame = found
         _transformers.move_to_front(handler, self)
+        self._trainer = _transformers.trainer_of(loop_frame)
         undo = (
             None if self.core.console else _transformers.filter_console(handler, self.core.hidden)
         )
-        self.core.start(sample=sample, watch=loop_frame, cleanup=undo)
+
+        def cleanup() -> None:
+            self._trainer = None
+            if undo is not None:
+                undo()
+
+        self.core.start(sample=sample, watch=loop_frame, cleanup=cleanup)
 
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -124,8 +133,14 @@ class SystemMetricsCallback(TrainerCallback):
         if self._last_step == state.global_step:
             return  # this step already has its point
         self._epoch_due = True
-        if self.core.logging_interval == "epoch":
-            control.should_log = True
+        if self.core.logging_interval != "epoch":
+            return
+        if self._last_log != state.global_step:
+            control.should_log = True  # the Trainer logs at the end of the epoch
+        elif self._trainer is not None:
+            # Training stopped mid-epoch (early stopping) at a step the Trainer had
+            # already logged; it will not log that step again, so the point is logged now.
+            self._trainer.log({})
 
     def on_log(
         self,
@@ -139,7 +154,7 @@ class SystemMetricsCallback(TrainerCallback):
             return
         if "train_runtime" in logs or any(k.startswith(_NOT_TRAINING_LOGS) for k in logs):
             return  # the end-of-training summary, or evaluation results
-        step = state.global_step
+        step = self._last_log = state.global_step
         if step < 1 or step == self._last_step or not self._due(args, state):
             return  # before the first step nothing is due
         metrics = self.core.metrics()

@@ -213,3 +213,34 @@ def test_exception_out_of_train_stops_the_sampler_while_the_traceback_lives(
         ),
         timeout=2.0,
     )
+
+
+class StopsAt(TrainerCallback):  # type: ignore[misc]
+    """Stops training at ``step``, as EarlyStoppingCallback does after an evaluation."""
+
+    def __init__(self, step: int, when: str = "on_step_end") -> None:
+        self.step = step
+        setattr(self, when, self._stop)
+
+    def _stop(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+@pytest.mark.parametrize("when", ["on_step_end", "on_evaluate"])
+@pytest.mark.parametrize(
+    ("logging_steps", "loss_steps"), [(2, [2, 4, 6]), (3, [3, 6]), (5, [5, 6])]
+)
+def test_epoch_granularity_when_training_stops_inside_an_epoch(
+    tmp_path: Path, logging_steps: int, loss_steps: list[int], when: str
+) -> None:
+    """Regression: stopped mid-epoch at a step the Trainer logged anyway, the partial
+    epoch got no point (the Trainer does not log a step twice)."""
+    cb = SystemMetricsCallback(interval=0.05, logging_interval="epoch")
+    trainer = train(
+        tmp_path, cb, extra_callbacks=(StopsAt(6, when),), logging_steps=logging_steps,
+        **{EVAL_STRATEGY: "steps"}, eval_steps=3,
+    )  # fmt: skip
+    assert history_steps(trainer, "loss") == loss_steps  # 8 steps an epoch, stopped at 6
+    assert history_steps(trainer, "system/cpu") == [6]
+    assert tb_scalars(tmp_path)["train/system/cpu"] == [6]
