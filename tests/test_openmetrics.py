@@ -4,6 +4,7 @@ serving a DCGM-exporter-like page, and small servers that are slow, huge or malf
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.server
 import os
 import shutil
@@ -11,9 +12,11 @@ import socket
 import subprocess
 import threading
 import time
+import tracemalloc
 import urllib.request
 import warnings
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -208,6 +211,10 @@ def test_slow_or_down_endpoint_never_stalls_the_monitor(misbehaving: str) -> Non
         ({"open_metrics": {"x": "http://h/m"}, "open_metrics_filters": {"g": {"l": "["}}},
          "is not a valid regular expression"),
         ({"open_metrics_filters": [".*"]}, "need open_metrics"),
+        ({"open_metrics": {"x": "http://h/m"}, "open_metrics_max_series": 0},
+         r"open_metrics_max_series=0 is invalid: it must be a positive integer"),
+        ({"open_metrics": {"x": "http://h/m"}, "open_metrics_max_series": 2.5},
+         r"open_metrics_max_series=2.5 is invalid"),
     ],
 )  # fmt: skip
 def test_bad_configuration_is_a_clear_error(kwargs: dict[str, Any], match: str) -> None:
@@ -272,3 +279,371 @@ def test_real_node_exporter_against_proc(node_exporter: str) -> None:
     assert {"user", "system", "idle"} <= modes
     assert {c.labels[k]["cpu"] for k in cpu_keys} == {str(i) for i in range(os.cpu_count() or 1)}
     assert c.aggregation(cpu_keys[0]) == "last"
+
+
+# -- bounds: against small scripted servers (see LocalServer) -------------------------
+
+
+class LocalServer:
+    """A ThreadingHTTPServer on 127.0.0.1: ``routes[path](handler)`` answers GET ``path``
+    (404 elsewhere); ``requests`` records each request's path and headers."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, Callable[[http.server.BaseHTTPRequestHandler], None]] = {}
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.stop = threading.Event()  # ends dripping handlers at teardown
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.requests.append((self.path, dict(self.headers)))
+                route = outer.routes.get(self.path)
+                with contextlib.suppress(OSError):  # the client gave up
+                    if route is None:
+                        self.send_error(404)
+                    else:
+                        route(self)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,))
+        self.thread.start()
+
+
+@pytest.fixture
+def servers() -> Iterator[Callable[[], LocalServer]]:
+    started: list[LocalServer] = []
+
+    def start() -> LocalServer:
+        started.append(LocalServer())
+        return started[-1]
+
+    yield start
+    for s in started:
+        s.stop.set()
+        s.httpd.shutdown()
+        s.httpd.server_close()
+        s.thread.join()
+
+
+def page(body: bytes | str, status: int = 200, **headers: str) -> Callable[[Any], None]:
+    data = body.encode() if isinstance(body, str) else body
+
+    def respond(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(status)
+        for name, value in {"Content-Length": str(len(data)), **headers}.items():
+            h.send_header(name.replace("_", "-"), value)
+        h.end_headers()
+        h.wfile.write(data)
+
+    return respond
+
+
+def redirect(location: str) -> Callable[[Any], None]:
+    return page(b"", 302, Location=location)
+
+
+def drip(where: str, stop: threading.Event) -> Callable[[Any], None]:
+    """One byte every 0.1 s of the headers or of the body, for at most 6 s."""
+
+    def respond(h: http.server.BaseHTTPRequestHandler) -> None:
+        head = b"HTTP/1.0 200 OK\r\nContent-Length: 1000000\r\n"
+        h.wfile.write(head + b"\r\n" if where == "body" else head)
+        for _ in range(60):
+            if stop.wait(0.1):
+                return
+            h.wfile.write(b"X-Drip: 1\r\n"[:1] if where == "headers" else b"#")
+            h.wfile.flush()
+
+    return respond
+
+
+def caught_messages(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, SystemMetricsWarning)]
+
+
+def latest(c: OpenMetricsCollector) -> dict[str, float]:
+    """What ``sample()`` would return, without starting the collector's own thread."""
+    with c._lock:
+        return dict(c._latest)
+
+
+def state_size(c: OpenMetricsCollector) -> int:
+    """Entries in the collector's dicts, sets and lists but the latest values (and the
+    entries of dicts and sets in a dict)."""
+    total = 0
+    for name, value in vars(c).items():
+        if name != "_latest" and isinstance(value, (dict, set, list)):
+            total += len(value)
+            if isinstance(value, dict):
+                total += sum(len(v) for v in value.values() if isinstance(v, (dict, set)))
+    return total
+
+
+def test_series_no_longer_on_the_page_are_forgotten_in_every_cache(
+    servers: Callable[[], LocalServer],
+) -> None:
+    s = servers()
+    pages = iter(range(1000))
+
+    def churn(h: http.server.BaseHTTPRequestHandler) -> None:
+        i = next(pages)
+        lines = ["# TYPE up gauge", "up 1", "# TYPE flap gauge"]
+        if i % 3 != 1:
+            lines.append('flap{x="a"} 2')  # missing from every third page
+        lines += ["# TYPE req_total counter"] + [
+            f'req_total{{id="{i}-{j}"}} {j}' for j in range(50)
+        ]
+        lines += [f"# TYPE gen_{i} gauge", f"gen_{i} 1"]  # a new metric each page too
+        page("\n".join(lines) + "\n")(h)
+
+    s.routes["/m"] = churn
+    url = s.url + "/m"
+    c = OpenMetricsCollector({"e": url})
+    sizes = []
+    for i in range(40):
+        c.scrape("e", url)
+        snap = latest(c)
+        assert snap["openmetrics.e.up.0"] == 1.0  # stable while it keeps appearing
+        assert len(snap) == 52 + (i % 3 != 1)
+        sizes.append(state_size(c))
+    assert c.labels["openmetrics.e.flap.0"] == {"x": "a"}
+    assert "openmetrics.e.gen_0.0" not in c.labels
+    assert len(c.labels) < 20 * 52
+    assert len(set(sizes[20:])) == 1, sizes  # forgotten as fast as new ones come
+    c.close()
+
+
+def test_series_cap_keeps_the_first_of_the_page_and_warns_once(
+    servers: Callable[[], LocalServer],
+) -> None:
+    s = servers()
+    s.routes["/m"] = page("# TYPE s gauge\n" + "".join(f's{{i="{i}"}} {i}\n' for i in range(3000)))
+    url = s.url + "/m"
+    c = OpenMetricsCollector({"e": url}, max_series=1000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            c.scrape("e", url)
+            snap = latest(c)
+            assert sorted(snap.values()) == [float(i) for i in range(1000)]  # the first 1000
+    msgs = caught_messages(caught)
+    assert len(msgs) == 1 and "2000" in msgs[0] and "open_metrics_max_series" in msgs[0], msgs
+    assert len(c.labels) == 1000 and state_size(c) < 10 * 1000  # 3 times more without the cap
+    c.close()
+    for bad in (0, -1, True, "10", 1.5):
+        with pytest.raises(ValueError, match="max_series"):
+            OpenMetricsCollector({"e": url}, max_series=bad)  # type: ignore[arg-type]
+
+
+def test_a_huge_page_takes_bounded_time_and_close_interrupts_its_parse(
+    servers: Callable[[], LocalServer],
+) -> None:
+    s = servers()
+    s.routes["/m"] = page(
+        "# TYPE s gauge\n" + "".join(f's{{i="{i}"}} 1\n' for i in range(200_000))
+    )  # 3.6 MB
+    url = s.url + "/m"
+    c = OpenMetricsCollector({"e": url})
+    t = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SystemMetricsWarning)
+        c.scrape("e", url)
+    assert time.monotonic() - t < 5.0  # 10,000 series parsed, not 200,000
+    assert len(latest(c)) == 10_000
+    c.close()
+    c = OpenMetricsCollector({"e": url}, max_series=1_000_000, poll_interval=60)
+    c.sample()  # starts the thread, which spends seconds on the new series
+    wait_for(lambda: len(s.requests) == 2)
+    time.sleep(0.3)
+    t = time.monotonic()
+    c.close()
+    assert c._thread is not None and not c._thread.is_alive()
+    assert time.monotonic() - t < c.join_timeout + 0.2
+
+
+def test_headers_are_never_sent_to_another_origin(servers: Callable[[], LocalServer]) -> None:
+    a, b = servers(), servers()
+    b.routes["/m"] = page("# TYPE g gauge\ng 1\n")
+    a.routes["/m"] = redirect(b.url + "/m")
+    a.routes["/here"] = redirect("/m2")
+    a.routes["/m2"] = page("# TYPE h gauge\nh 2\n")
+    c = OpenMetricsCollector({"e": a.url + "/m"}, headers={"Authorization": "Bearer s3cret"})
+    c.scrape("e", a.url + "/m")
+    assert latest(c) == {"openmetrics.e.g.0": 1.0}
+    assert a.requests[0][1]["Authorization"] == "Bearer s3cret"
+    assert b.requests and all("Authorization" not in h for _, h in b.requests), b.requests
+    c.scrape("e", a.url + "/here")  # the same origin gets them
+    assert latest(c) == {"openmetrics.e.h.0": 2.0}
+    assert a.requests[-1] == ("/m2", a.requests[-1][1])
+    assert a.requests[-1][1]["Authorization"] == "Bearer s3cret"
+    c.close()
+
+
+def test_redirects_only_to_http_and_at_most_three(servers: Callable[[], LocalServer]) -> None:
+    s = servers()
+    with socket.socket() as ftp:
+        ftp.bind(("127.0.0.1", 0))
+        ftp.listen()
+        ftp.settimeout(0.2)
+        s.routes["/ftp"] = redirect(f"ftp://127.0.0.1:{ftp.getsockname()[1]}/m")
+        for i in range(4):
+            s.routes[f"/r{i}"] = redirect(f"/r{i + 1}")
+        s.routes["/r4"] = page("# TYPE g gauge\ng 1\n")
+        c = OpenMetricsCollector({"e": s.url}, timeout=0.5)
+        c.scrape("e", s.url + "/r1")  # three redirects
+        assert latest(c) == {"openmetrics.e.g.0": 1.0}
+        for path, why in (("/ftp", "http"), ("/r0", "redirects")):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                c.scrape("e", s.url + path)
+            msgs = caught_messages(caught)
+            assert len(msgs) == 1 and why in msgs[0].rsplit(":", 1)[-1], msgs
+            assert latest(c) == {}
+            c._failing.clear()  # so that the next failure warns again
+        with pytest.raises(OSError):  # the ftp:// target was never contacted
+            ftp.accept()
+    c.close()
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_dripping_server_fails_within_the_timeout(
+    servers: Callable[[], LocalServer], where: str
+) -> None:
+    s = servers()
+    s.routes["/m"] = drip(where, s.stop)
+    c = OpenMetricsCollector({"e": s.url + "/m"}, timeout=1.0)
+    t = time.monotonic()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c.scrape("e", s.url + "/m")
+    assert time.monotonic() - t < 1.5
+    msgs = caught_messages(caught)
+    assert len(msgs) == 1 and "timed out" in msgs[0], msgs
+    c.close()
+
+
+def test_close_is_not_held_up_by_a_request_in_flight(servers: Callable[[], LocalServer]) -> None:
+    s = servers()
+    s.routes["/m"] = drip("body", s.stop)
+    c = OpenMetricsCollector({"e": s.url + "/m"}, timeout=1.5)
+    c.sample()
+    wait_for(lambda: s.requests)
+    start = time.monotonic()
+    c.close()
+    assert time.monotonic() - start < c.join_timeout + 0.2
+    assert c._thread is not None
+    c._thread.join(2.0)  # it ends by the request's deadline, on its own
+    assert not c._thread.is_alive()
+    assert time.monotonic() - start < 1.5 + 0.5
+
+
+def test_long_lines_are_skipped_and_warnings_quote_little(
+    servers: Callable[[], LocalServer],
+) -> None:
+    s = servers()
+    s.routes["/long"] = page(
+        '# TYPE g gauge\ng{l="' + "x" * (1 << 20) + '"} 1\n# TYPE ok gauge\nok 2\n'
+    )
+    s.routes["/bad"] = page('# TYPE g gauge\ng{l="' + "x" * 50_000 + "\n")
+    c = OpenMetricsCollector({"e": s.url})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tracemalloc.start()
+        try:
+            c.scrape("e", s.url + "/long")
+            before = tracemalloc.get_traced_memory()[0]
+            c.scrape("e", s.url + "/long")
+            kept = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert latest(c) == {"openmetrics.e.ok.0": 2.0}
+        assert kept < 256 << 10, kept  # the long line is not remembered
+        msgs = caught_messages(caught)
+        assert len(msgs) == 1 and "longer than" in msgs[0] and len(msgs[0]) < 1000, msgs
+        c.scrape("e", s.url + "/bad")
+        msgs = caught_messages(caught)[1:]
+        assert len(msgs) == 1 and "'e'" in msgs[0] and len(msgs[0]) < 1000, msgs
+    c.close()
+
+
+def test_gzip_page_is_read_and_identity_asked_for(servers: Callable[[], LocalServer]) -> None:
+    s = servers()
+    s.routes["/m"] = page(gzip.compress(b"# TYPE g gauge\ng 1\n"), Content_Encoding="gzip")
+    c = OpenMetricsCollector({"e": s.url + "/m"})
+    c.scrape("e", s.url + "/m")
+    assert latest(c) == {"openmetrics.e.g.0": 1.0}
+    assert s.requests[0][1]["Accept-Encoding"] == "identity"
+    c.close()
+
+
+def gzip_bomb(size: int) -> bytes:
+    z = zlib.compressobj(9, wbits=16 + zlib.MAX_WBITS)
+    zeros = b"0" * (1 << 20)
+    return b"".join([*(z.compress(zeros) for _ in range(size >> 20)), z.flush()])
+
+
+def test_gzip_bomb_and_unparseable_pages_fail_the_scrape(
+    servers: Callable[[], LocalServer],
+) -> None:
+    s = servers()
+    s.routes["/bomb"] = page(gzip_bomb(64 << 20), Content_Encoding="gzip")  # 64 KB -> 64 MB
+    s.routes["/html"] = page("<html>\n<body>metrics moved</body>\n</html>\n")
+    c = OpenMetricsCollector({"e": s.url}, max_bytes=1 << 20)
+    for path, why in (("/bomb", "max_bytes"), ("/html", "nothing parseable")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tracemalloc.start()
+            try:
+                c.scrape("e", s.url + path)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+        msgs = caught_messages(caught)
+        assert len(msgs) == 1 and why in msgs[0], msgs
+        assert peak < 8 << 20, peak
+        c._failing.clear()
+    c.close()
+
+
+FAILURES = {
+    "404": lambda s: None,
+    "malformed": lambda s: page("# TYPE g gauge\ng{ 1\n"),
+    "too large": lambda s: page("g 1\n" * 300_000),
+    "slow": lambda s: drip("body", s.stop),
+    "redirect to ftp": lambda s: redirect("ftp://127.0.0.1:9/m"),
+    "too many redirects": lambda s: redirect("/m"),
+    "nothing parseable": lambda s: page("<html></html>\n"),
+    "gzip bomb": lambda s: page(gzip_bomb(4 << 20), Content_Encoding="gzip"),
+}
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_a_failing_endpoint_reports_no_stale_values(
+    servers: Callable[[], LocalServer], failure: str
+) -> None:
+    s = servers()
+    s.routes["/m"] = page("# TYPE g gauge\ng 1\n")
+    s.routes["/other"] = page("# TYPE h gauge\nh 2\n")
+    c = OpenMetricsCollector(
+        {"e": s.url + "/m", "other": s.url + "/other"}, timeout=0.5, max_bytes=1 << 20
+    )
+    c.scrape("e", s.url + "/m")
+    c.scrape("other", s.url + "/other")
+    assert latest(c) == {"openmetrics.e.g.0": 1.0, "openmetrics.other.h.0": 2.0}
+    route = FAILURES[failure](s)
+    if route is None:
+        del s.routes["/m"]
+    else:
+        s.routes["/m"] = route
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c.scrape("e", s.url + "/m")
+    assert len(caught_messages(caught)) == 1
+    assert latest(c) == {"openmetrics.other.h.0": 2.0}  # none of e's, stale or not
+    assert c._failing["e"] > time.monotonic() + 20  # retried after retry_after
+    c.close()

@@ -2,24 +2,110 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.client
+import io
+import itertools
 import logging
 import re
+import socket
+import threading
 import time
-import urllib.error
-import urllib.request
 import warnings
-from collections.abc import Mapping, Sequence
-from typing import Any, Union
-from urllib.parse import urlsplit
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Union, cast
+from urllib.parse import urljoin, urlsplit
 
 from sysmetrics import _optional
 from sysmetrics.collectors.base import BackgroundCollector, SystemMetricsWarning
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 log = logging.getLogger("sysmetrics")
 
 Filters = Union[Sequence[str], Mapping[str, Mapping[str, str]]]
 _SAMPLE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_MAX_SERIES = 200_000  # series remembered per endpoint
+FORGET_AFTER = 5  # successful pages in a row a series is missing from when it is forgotten
+MAX_LINE = 64 << 10  # characters; longer lines are skipped
+MAX_REDIRECTS = 3
+_QUOTE = 300  # characters at most of anything quoted in a warning
+_BLOCK = 1 << 20  # characters of page text split into lines at a time
+_REDIRECT_STATUSES = (301, 302, 303, 307, 308)
+
+
+def _quote(text: str) -> str:
+    """``text`` cut to 300 characters, with ``...`` where it was cut."""
+    return text if len(text) <= _QUOTE else text[:_QUOTE] + "..."
+
+
+def _line_blocks(text: str, closed: threading.Event) -> Iterator[list[str]]:
+    """``text``'s lines, about 1 MiB of text at a time.
+
+    A list of all of a page's lines at once would cost 5x the page.
+
+    Raises:
+        InterruptedError: ``closed`` was set.
+
+    """
+    start = 0
+    while start < len(text):
+        if closed.is_set():
+            raise InterruptedError("the collector was closed")
+        end = text.find("\n", start + _BLOCK)
+        end = len(text) if end < 0 else end
+        yield text[start:end].splitlines()
+        start = end + 1
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    """``(scheme, host, port)`` of an http(s) URL."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+class _DeadlineIO(io.RawIOBase):
+    """A socket's reads, each allowed only the time left until ``deadline`` (monotonic s)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)  # keeps the socket open while we read
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: WriteableBuffer) -> int | None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        self._sock.settimeout(left)
+        return self._raw.readinto(b)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    """An HTTP response that must arrive whole by ``deadline`` (monotonic s), however slowly."""
+
+    def __init__(self, sock: socket.socket, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        plain, self.fp = self.fp, io.BufferedReader(_DeadlineIO(sock, deadline))
+        plain.close()
+
+
+class _Series:
+    """A series line seen before: its key (None: nothing wanted) and the last page it was on."""
+
+    __slots__ = ("key", "seen")
+
+    def __init__(self, key: str | None, seen: int) -> None:
+        self.key, self.seen = key, seen
 
 
 def _split_sample(line: str) -> tuple[str, str] | None:
@@ -41,6 +127,19 @@ def _split_sample(line: str) -> tuple[str, str] | None:
     return (series, fields[0]) if fields else None
 
 
+def _metric_of(key: str) -> str:
+    """``"{name}.{metric}"`` of a key ``openmetrics.{name}.{metric}.{index}``."""
+    return key[len("openmetrics.") : key.rfind(".")]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _compile(pattern: object, what: str) -> re.Pattern[str]:
     if not isinstance(pattern, str):
         raise TypeError(f"{what} {pattern!r} is invalid: it must be a regular expression string")
@@ -55,24 +154,41 @@ class OpenMetricsCollector(BackgroundCollector):
 
     Keys: ``openmetrics.{name}.{metric}.{index}``: ``name`` is the endpoint's name,
     ``metric`` the sample name (counters keep ``_total``), and ``index`` numbers the
-    metric's label sets in the order first seen (stable for the run; see
-    :attr:`labels`). Values in the endpoint's own units; counters give their latest value.
+    metric's label sets in the order first seen (see :attr:`labels`). Values in the
+    endpoint's own units; counters give their latest value.
+
+    An index stays the same while its label set keeps appearing. A series missing from
+    ``FORGET_AFTER`` (5) consecutive successful pages of its endpoint is forgotten, with
+    its key and labels, so label values that change on every page do not pile up (failed
+    scrapes do not count). A label set that comes back after that may get a new index,
+    and once all of a metric's label sets are forgotten its indices start again at 0.
 
     Endpoints are scraped on the collector's own daemon thread every ``poll_interval``
     seconds, so a slow endpoint never holds up the monitor; ``sample()`` returns the
     latest values without I/O. An endpoint that is down, slow (``timeout``), larger than
-    ``max_bytes`` or malformed costs one warning and is tried again ``retry_after``
+    ``max_bytes``, malformed, or whose page holds nothing parseable costs one warning, its
+    values are dropped (never presented stale) and it is tried again ``retry_after``
     seconds later; a warning comes again only after it has recovered.
+
+    Bounds: one deadline of ``timeout`` seconds for the whole request (connecting,
+    redirects, headers and body); at most ``MAX_REDIRECTS`` (3) redirects, to http(s)
+    only, and ``headers`` go only to the configured URL's scheme, host and port; a gzip
+    page is decompressed up to ``max_bytes``; lines longer than ``MAX_LINE`` (65,536)
+    characters are skipped; the first ``max_series`` series of a page (of the metrics the
+    filters keep) are kept. Skipped lines and dropped series cost one warning per
+    endpoint, and warnings quote at most 300 characters of what the endpoint sent.
 
     Args:
         endpoints: ``{name: url}``, http or https.
         filters: regexes matched (``re.fullmatch``) against ``"{name}.{metric}"``, or
             ``{metric_regex: {label: label_regex}}``; everything by default.
-        headers: HTTP headers sent with each request (for instance an authorization).
-        timeout: seconds per request.
-        max_bytes: largest response read.
+        headers: HTTP headers sent with each request (for instance an authorization),
+            never to another origin a redirect points at.
+        timeout: seconds for a whole request, from connecting to the body's last byte.
+        max_bytes: largest response read, in bytes (after decompression for gzip).
         poll_interval: seconds between scrapes of each endpoint.
         retry_after: seconds before a failed endpoint is tried again.
+        max_series: series kept per endpoint: the first ones of each page.
 
     Raises:
         TypeError, ValueError: a malformed URL or name, an invalid regex, a bad number.
@@ -93,6 +209,7 @@ class OpenMetricsCollector(BackgroundCollector):
         max_bytes: int = 16 << 20,
         poll_interval: float = 1.0,
         retry_after: float = 30.0,
+        max_series: int = 10_000,
     ) -> None:
         if not isinstance(endpoints, Mapping) or not endpoints:
             raise TypeError(f"open_metrics={endpoints!r} is invalid: use {{name: url}}")
@@ -110,12 +227,15 @@ class OpenMetricsCollector(BackgroundCollector):
                             ("retry_after", retry_after), ("max_bytes", max_bytes)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{what}={value!r} is invalid: it must be a positive number")
+        if isinstance(max_series, bool) or not isinstance(max_series, int) or max_series <= 0:
+            raise ValueError(f"max_series={max_series!r} is invalid: it must be a positive integer")
         self.parser = _optional.prometheus_parser()
         super().__init__()
         self.endpoints = dict(endpoints)
         self.headers = dict(headers or {})
         self.timeout, self.max_bytes = float(timeout), int(max_bytes)
         self.poll_interval, self.retry_after = float(poll_interval), float(retry_after)
+        self.max_series = max_series
         self._metric_filters: list[re.Pattern[str]] = []
         self._label_filters: list[tuple[re.Pattern[str], dict[str, re.Pattern[str]]]] = []
         if filters is None:
@@ -139,12 +259,21 @@ class OpenMetricsCollector(BackgroundCollector):
             )
         else:
             self._metric_filters = [_compile(f, "open_metrics_filters entry") for f in filters]
-        self._indices: dict[tuple[str, frozenset[tuple[str, str]]], str] = {}
-        self._count: dict[str, int] = {}  # label sets seen per metric
+        # Per endpoint: the number of its last successful page; the series lines seen on its
+        # pages, with their keys and the last page each was on; the keys the parser gave
+        # lately, with the last page it did (those no remembered line holds yet, or from
+        # lines that are never cached); which metric names the filters keep (a memo).
+        self._pages: dict[str, int] = {}
+        self._series: dict[str, dict[str, _Series]] = {}
+        self._seen: dict[str, dict[str, int]] = {}
+        self._names: dict[str, dict[str, bool]] = {}
+        # Per key: its labels and whether it is a counter; per "{name}.{metric}": the next
+        # index and each label set's key.
         self._labels: dict[str, dict[str, str]] = {}
         self._counters: set[str] = set()
+        self._count: dict[str, int] = {}
+        self._indices: dict[tuple[str, frozenset[tuple[str, str]]], str] = {}
         self._failing: dict[str, float] = {}  # endpoint -> when to try again
-        self._series: dict[str, dict[str, str | None]] = {}  # endpoint -> series -> key
 
     @property
     def labels(self) -> dict[str, dict[str, str]]:
@@ -168,88 +297,253 @@ class OpenMetricsCollector(BackgroundCollector):
                 return
 
     def scrape(self, ep_name: str, url: str) -> None:
-        """Fetch and parse one endpoint into the latest values; failures warn once."""
+        """Fetch and parse one endpoint into the latest values; failures warn once.
+
+        A failed scrape drops the endpoint's values: the monitor never reports them stale.
+        """
         try:
             values = self._parse(ep_name, self._fetch(url))
         except Exception as exc:
+            self._publish(ep_name, {})
             if ep_name not in self._failing and not self._closed.is_set():
                 warnings.warn(
-                    f"sysmetrics: OpenMetrics endpoint {ep_name!r} ({url}) failed, retrying "
-                    f"every {self.retry_after:g} s: {type(exc).__name__}: {exc}",
+                    f"sysmetrics: OpenMetrics endpoint {ep_name!r} ({_quote(url)}) failed, "
+                    f"retrying every {self.retry_after:g} s: "
+                    f"{type(exc).__name__}: {_quote(str(exc))}",
                     SystemMetricsWarning,
                     stacklevel=2,
                 )
             self._failing[ep_name] = time.monotonic() + self.retry_after
             return
         self._failing.pop(ep_name, None)
+        self._publish(ep_name, values)
+
+    def _publish(self, ep_name: str, values: dict[str, float]) -> None:
+        """Make ``values`` the endpoint's latest values, in place of all its previous ones."""
         prefix = f"openmetrics.{ep_name}."
         with self._lock:
             for key in [k for k in self._latest if k.startswith(prefix)]:
                 del self._latest[key]
             self._latest.update(values)
 
-    def _fetch(self, url: str) -> str:
-        request = urllib.request.Request(url, headers=self.headers)
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            body = response.read(self.max_bytes + 1)
+    def _fetch(self, url: str) -> bytes:
+        """The body of ``url``'s page, all of it within ``timeout`` seconds from now.
+
+        Follows up to 3 redirects, to http(s) only; ``headers`` go only to ``url``'s own
+        scheme, host and port. Asks for no compression, and decompresses gzip anyway.
+
+        Raises:
+            OSError, http.client.HTTPException, ValueError: the request failed, timed out,
+                was answered with an error status, or the page is larger than
+                ``max_bytes``.
+
+        """
+        deadline = time.monotonic() + self.timeout
+        origin = _origin(url)
+        for _ in range(MAX_REDIRECTS + 1):
+            parts = urlsplit(url)
+            scheme, host, port = _origin(url)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")
+            if not host:
+                raise ValueError(f"no host in {_quote(url)!r}")
+            https = scheme == "https"
+            conn = (http.client.HTTPSConnection if https else http.client.HTTPConnection)(
+                host, port, timeout=left
+            )
+            conn.response_class = cast(
+                "type[http.client.HTTPResponse]",
+                functools.partial(_DeadlineResponse, deadline=deadline),
+            )
+            with contextlib.closing(conn):
+                target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+                # http.client sends "Accept-Encoding: identity" unless the headers say otherwise
+                own = (scheme, host, port) == origin
+                conn.request("GET", target, headers=self.headers if own else {})
+                with conn.getresponse() as response:
+                    location = response.getheader("Location")
+                    if response.status in _REDIRECT_STATUSES and location:
+                        url = urljoin(url, location.strip())
+                        if urlsplit(url).scheme not in ("http", "https"):
+                            raise ValueError(
+                                f"redirect to {_quote(url)!r} refused: only http and https "
+                                "redirects are followed"
+                            )
+                        continue
+                    if not 200 <= response.status < 300:
+                        raise ValueError(f"HTTP {response.status} {_quote(response.reason)}")
+                    return self._body(response)
+        raise ValueError(f"more than {MAX_REDIRECTS} redirects")
+
+    def _body(self, response: http.client.HTTPResponse) -> bytes:
+        """The response's body, decompressed if gzip; at most ``max_bytes`` bytes of it."""
+        if response.length is not None and response.length > self.max_bytes:
+            raise ValueError(f"response larger than max_bytes={self.max_bytes}")
+        body = response.read(self.max_bytes + 1)
         if len(body) > self.max_bytes:
             raise ValueError(f"response larger than max_bytes={self.max_bytes}")
-        return body.decode("utf-8", errors="replace")  # type: ignore[no-any-return]
+        if response.length:  # the server closed the connection early
+            raise ValueError(f"response ended {response.length} bytes short of its length")
+        encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
+        if encoding in ("gzip", "x-gzip"):
+            unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            body = unzip.decompress(body, self.max_bytes + 1)
+            if len(body) > self.max_bytes:
+                raise ValueError(f"decompressed response larger than max_bytes={self.max_bytes}")
+            if not unzip.eof:
+                raise ValueError("gzip response is truncated")
+        elif encoding != "identity":
+            raise ValueError(f"unsupported Content-Encoding {_quote(encoding)!r}")
+        return body
 
-    def _wanted(self, ep_name: str, metric: str) -> bool:
-        full = f"{ep_name}.{metric}"
-        return any(p.fullmatch(full) for p in self._metric_filters) or any(
-            p.fullmatch(full) for p, _ in self._label_filters
+    def _name_wanted(self, ep_name: str, name: str, names: dict[str, bool]) -> bool:
+        """Whether the filters keep some series of the metric ``name`` starts with.
+
+        ``name`` is a sample line's text before its labels; the answer goes into
+        ``names``, the endpoint's memo.
+        """
+        m = _SAMPLE.match(name)
+        full = f"{ep_name}.{m.group()}" if m else ""
+        wanted = bool(m) and (
+            any(p.fullmatch(full) for p in self._metric_filters)
+            or any(p.fullmatch(full) for p, _ in self._label_filters)
         )
+        if len(names) >= self.max_series:  # names that never repeat: start over
+            names.clear()
+        names[name] = wanted
+        return wanted
 
-    def _parse(self, ep_name: str, text: str) -> dict[str, float]:
+    def _parse(self, ep_name: str, body: bytes) -> dict[str, float]:
         """Values of the wanted gauges and counters on one page, by key.
 
         A series line seen before (same name and labels, so the same text up to its
         value) takes its key from a cache and only its value is read; new series lines
         go to prometheus_client's parser with their family's TYPE line, and what the
         parser made of them (a key, or nothing wanted) is cached. Unwanted metrics are
-        dropped by name before any parsing.
+        dropped by name before any parsing. Of the rest, the first ``max_series`` series
+        of the page are kept. Lines longer than ``MAX_LINE`` are skipped.
+
+        Raises:
+            ValueError: a malformed line of a wanted metric, or a page with nothing
+                parseable in it.
+            InterruptedError: the collector was closed meanwhile.
+
         """
+        text = body.decode("utf-8", errors="replace")
         cache = self._series.setdefault(ep_name, {})
-        if len(cache) > _MAX_SERIES:  # label values that never repeat: start over
-            cache.clear()
+        names = self._names.setdefault(ep_name, {})
+        page = self._pages.get(ep_name, 0) + 1
         out: dict[str, float] = {}
         type_line = ""
-        for line in text.splitlines():
+        kept = dropped = too_long = 0
+        max_series = self.max_series
+        parseable = False  # a TYPE/HELP/EOF line or a sample of an unwanted metric seen
+        over_warned = f"{ep_name} max_series" in self._warned
+        for line in itertools.chain.from_iterable(_line_blocks(text, self._closed)):
+            if len(line) > MAX_LINE:
+                too_long += 1
+                continue
             if line.startswith("#"):
                 if line.startswith("# TYPE "):
                     type_line = line
+                parseable = parseable or line.startswith(("# TYPE ", "# HELP ", "# EOF"))
                 continue
             split = _split_sample(line)
-            if split is None:  # parsed every time, if its metric is wanted
-                m = _SAMPLE.match(line)
-                if m is not None and self._wanted(ep_name, m.group()):
-                    self._parse_new(ep_name, type_line, line, out)
+            series, value = split or (line, "")  # no split: parsed every time, if wanted
+            entry = cache.get(series) if split else None
+            if entry is None:
+                brace = series.find("{")
+                name = series if brace < 0 else series[:brace]
+                wanted = names.get(name)
+                if wanted is None:
+                    wanted = self._name_wanted(ep_name, name, names)
+                if not wanted:
+                    parseable = parseable or (bool(_SAMPLE.match(name)) and _is_number(value))
+                    continue
+            if kept == max_series:
+                dropped += 1
+                if over_warned:
+                    break  # the rest of the page is dropped: no need to count it again
                 continue
-            series, value = split
-            if series in cache:
-                key = cache[series]
-                if key is not None:
-                    try:
-                        out[key] = float(value)
-                    except ValueError:  # let the parser say what is wrong with it
-                        self._parse_new(ep_name, type_line, line, out)
+            kept += 1
+            if entry is None:
+                key = self._parse_new(ep_name, type_line, line, out, page)
+                if split:
+                    cache[series] = _Series(key, page)
                 continue
-            m = _SAMPLE.match(series)
-            if m is None or not self._wanted(ep_name, m.group()):
-                cache[series] = None
-                continue
-            cache[series] = self._parse_new(ep_name, type_line, line, out)
+            entry.seen = page
+            key = entry.key
+            if key is not None:
+                try:
+                    out[key] = float(value)
+                except ValueError:  # let the parser say what is wrong with it
+                    self._parse_new(ep_name, type_line, line, out, page)
+        if not (parseable or kept or too_long) and text and not text.isspace():
+            raise ValueError(
+                f"nothing parseable (no OpenMetrics sample or TYPE line) in a page of "
+                f"{len(body)} bytes, which starts {text[:100]!r}"
+            )
+        if too_long:
+            self._warn_once(
+                f"{ep_name} long lines",
+                f"sysmetrics: OpenMetrics endpoint {ep_name!r} sent {too_long} lines longer "
+                f"than {MAX_LINE} characters; they are skipped",
+            )
+        if dropped and not over_warned:
+            self._warn_once(
+                f"{ep_name} max_series",
+                f"sysmetrics: OpenMetrics endpoint {ep_name!r} has {kept + dropped} series, "
+                f"more than max_series={self.max_series}: the first {kept} of its page are "
+                f"kept and {dropped} dropped; raise open_metrics_max_series to keep more",
+            )
+        self._pages[ep_name] = page
+        self._forget(ep_name, page)
         return out
 
+    def _forget(self, ep_name: str, page: int) -> None:
+        """Forget what ``ep_name``'s last 5 pages lacked.
+
+        That is its series lines on none of them, and the keys that no remembered line
+        holds and that the parser gave on none of them.
+        """
+        old = page - FORGET_AFTER
+        cache = self._series[ep_name]
+        seen = self._seen.setdefault(ep_name, {})
+        stale = [cache.pop(s).key for s in [s for s, e in cache.items() if e.seen <= old]]
+        maybe = {k for k in stale if k is not None}
+        maybe.update(k for k, p in seen.items() if p <= old)
+        if not maybe:
+            return
+        live = {e.key for e in cache.values()}
+        for key in maybe & live:
+            seen.pop(key, None)  # a remembered line holds it: looked at again when that goes
+        gone = [k for k in maybe - live if seen.get(k, old) <= old]
+        if not gone:
+            return
+        self._names.pop(ep_name, None)  # a memo: it starts over with the next page's names
+        with self._lock:
+            for key in gone:
+                seen.pop(key, None)
+                labels = self._labels.pop(key)
+                self._counters.discard(key)
+                del self._indices[_metric_of(key), frozenset(labels.items())]
+            left = {_metric_of(k) for k in self._labels if k.startswith(f"openmetrics.{ep_name}.")}
+        for metric in {_metric_of(k) for k in gone} - left:
+            del self._count[metric]  # none of its label sets left: indices start again
+
     def _parse_new(
-        self, ep_name: str, type_line: str, line: str, out: dict[str, float]
+        self, ep_name: str, type_line: str, line: str, out: dict[str, float], page: int
     ) -> str | None:
         """Parse one series line with prometheus_client into ``out``; its key, or None.
 
-        Raises on a malformed line.
+        Raises:
+            ValueError: a malformed line.
+            InterruptedError: the collector was closed (new series are slow to parse).
+
         """
+        if self._closed.is_set():
+            raise InterruptedError("the collector was closed")
         key = None
         families = self.parser(f"{type_line}\n{line}\n" if type_line else f"{line}\n")
         for family in families:
@@ -260,7 +554,7 @@ class OpenMetricsCollector(BackgroundCollector):
                     continue  # _created timestamps are not counts
                 if not self._labels_wanted(ep_name, s.name, s.labels):
                     continue
-                key = self._key(ep_name, s.name, s.labels)
+                key = self._key(ep_name, s.name, s.labels, page)
                 out[key] = float(s.value)
                 if family.type == "counter":
                     self._counters.add(key)
@@ -277,7 +571,8 @@ class OpenMetricsCollector(BackgroundCollector):
                 return True
         return False
 
-    def _key(self, ep_name: str, metric: str, labels: Mapping[str, str]) -> str:
+    def _key(self, ep_name: str, metric: str, labels: Mapping[str, str], page: int) -> str:
+        """The key of ``metric``'s series with ``labels``, new or remembered; seen on ``page``."""
         ident = (f"{ep_name}.{metric}", frozenset(labels.items()))
         key = self._indices.get(ident)
         if key is None:
@@ -286,4 +581,5 @@ class OpenMetricsCollector(BackgroundCollector):
             key = self._indices[ident] = f"openmetrics.{ep_name}.{metric}.{n}"
             with self._lock:
                 self._labels[key] = dict(labels)
+        self._seen.setdefault(ep_name, {})[key] = page
         return key
