@@ -7,6 +7,7 @@ import difflib
 import logging
 import math
 import numbers
+import operator
 import os
 import threading
 import time
@@ -38,6 +39,7 @@ _OPTIONS = (
     "open_metrics",
     "open_metrics_filters",
     "open_metrics_headers",
+    "open_metrics_max_series",
     "collectors",
 )
 
@@ -56,6 +58,17 @@ def _check_interval(interval: object) -> float:
             f"between {MIN_INTERVAL} and {MAX_INTERVAL:g}"
         )
     return value
+
+
+def _positive_int(value: object) -> int | None:
+    """``value`` as an int if it is a positive integer (numpy's included, bool not)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        n = operator.index(value)  # type: ignore[arg-type]  # raises for non-integers
+    except TypeError:
+        return None
+    return n if n > 0 else None
 
 
 def _check_disk_paths(disk_paths: object) -> tuple[str, ...]:
@@ -170,7 +183,9 @@ class SystemMonitor:
             ``openmetrics.{name}.{metric}.{index}`` (needs the ``[openmetrics]`` extra).
         open_metrics_filters: regexes on ``"{name}.{metric}"``, or
             ``{metric_regex: {label: label_regex}}``; all metrics by default.
-        open_metrics_headers: HTTP headers for those requests.
+        open_metrics_headers: HTTP headers for those requests (sent to the configured
+            origin only, never to a redirect's other host).
+        open_metrics_max_series: series kept per endpoint and page (the first ones).
         collectors: use these collectors instead of the default set.
 
     Raises:
@@ -190,6 +205,7 @@ class SystemMonitor:
         open_metrics: Mapping[str, str] | None = None,
         open_metrics_filters: Filters | None = None,
         open_metrics_headers: Mapping[str, str] | None = None,
+        open_metrics_max_series: int = 10_000,
         collectors: Sequence[Collector] | None = None,
         **unknown: object,
     ) -> None:
@@ -216,6 +232,12 @@ class SystemMonitor:
             if not psutil.pid_exists(pid):
                 raise ValueError(f"pid={pid!r} is invalid: no such process")
         self.pid = os.getpid() if pid is None else pid
+        max_series = _positive_int(open_metrics_max_series)
+        if max_series is None:
+            raise ValueError(
+                f"open_metrics_max_series={open_metrics_max_series!r} is invalid: it must be "
+                "a positive integer (series kept per endpoint)"
+            )
         if collectors is None:
             self._collectors: list[Collector] = host_collectors(
                 self.pid,
@@ -226,6 +248,7 @@ class SystemMonitor:
                 open_metrics=open_metrics,
                 open_metrics_filters=open_metrics_filters,
                 open_metrics_headers=open_metrics_headers,
+                open_metrics_max_series=max_series,
             )
         else:
             for c in collectors:

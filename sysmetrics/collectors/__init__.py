@@ -50,6 +50,7 @@ def host_collectors(
     open_metrics: Mapping[str, str] | None = None,
     open_metrics_filters: Filters | None = None,
     open_metrics_headers: Mapping[str, str] | None = None,
+    open_metrics_max_series: int = 10_000,
 ) -> list[Collector]:
     """The default collectors for process ``pid``: host ones, and accelerators found here.
 
@@ -71,7 +72,12 @@ def host_collectors(
     ]
     if open_metrics:  # first: a malformed URL or filter raises before anything is opened
         collectors.append(
-            OpenMetricsCollector(open_metrics, open_metrics_filters, open_metrics_headers)
+            OpenMetricsCollector(
+                open_metrics,
+                open_metrics_filters,
+                open_metrics_headers,
+                max_series=open_metrics_max_series,
+            )
         )
     accelerators = [  # NVML last: the others may still raise on bad options
         AMDCollector.create(rocm_smi_path),
