@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sysmetrics import SystemMonitor
-from sysmetrics.collectors import AMDCollector
+from sysmetrics.collectors import AMDCollector, OpenMetricsCollector
 from sysmetrics.collectors.amd import (
     _bytes,
     _number,
@@ -39,6 +39,8 @@ from sysmetrics.collectors.apple import parse_ioreg, parse_macmon
 from sysmetrics.collectors.ipu import METRICS, parse_attribute
 from sysmetrics.collectors.tpu import parse_tpu_info
 from sysmetrics.collectors.trainium import parse_neuron_monitor
+
+prometheus_client = pytest.importorskip("prometheus_client")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GIB = 1024.0**3
@@ -58,6 +60,21 @@ TPU = [read(f"tpu/{n}") for n in ("static_v6e.txt", "streaming_v6e.txt", "metric
 IOREG = [read("apple/ioreg_m4.txt")]
 MACMON = [read("apple/macmon_pipe.jsonl")]
 GC_INFO = [read("ipu/c2_gc-info.txt"), read("ipu/c600_gc-info.txt")]
+
+
+def _own_exposition() -> str:
+    """The page prometheus_client serves for this process (its real exposition format)."""
+    registry = prometheus_client.CollectorRegistry()
+    prometheus_client.ProcessCollector(registry=registry)
+    prometheus_client.PlatformCollector(registry=registry)
+    prometheus_client.GCCollector(registry=registry)
+    counter = prometheus_client.Counter("requests", "Requests.", ["path"], registry=registry)
+    counter.labels(path='/a "quoted" \\ path').inc(3)
+    return prometheus_client.generate_latest(registry).decode()
+
+
+OPENMETRICS = [read("openmetrics/dcgm_l40s.txt"), _own_exposition()]
+_OM_KEY = re.compile(r"openmetrics\.e\.[a-zA-Z_:][a-zA-Z0-9_:]*\.[0-9]+")
 
 
 # --- what every result must satisfy ------------------------------------------------------
@@ -155,6 +172,19 @@ def run_gc_info(text: str) -> None:
             check_values({f"ipu.0.{parsed[0]}": parsed[1]})
 
 
+def run_openmetrics(text: str) -> None:
+    """Parse a clean page, then the damaged one (through the series cache) and a new one."""
+    c = OpenMetricsCollector({"e": "http://127.0.0.1:1/metrics"})  # never fetches
+    for page in (OPENMETRICS[1], text, text):
+        try:
+            values = c._parse("e", page.encode())
+        except ValueError:
+            continue  # the documented error: a malformed line of a wanted metric
+        for key, value in values.items():
+            assert _OM_KEY.fullmatch(key), key
+            assert type(value) is float, (key, value)  # NaN is the engine's to drop
+
+
 TEXT_PARSERS: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "rocm-smi": (ROCM, run_rocm),
     "amd-smi metric": (AMD_METRIC, run_amd_smi),
@@ -164,6 +194,7 @@ TEXT_PARSERS: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "ioreg": (IOREG, run_ioreg),
     "macmon": (MACMON, run_macmon),
     "gc-info": (GC_INFO, run_gc_info),
+    "openmetrics": (OPENMETRICS, run_openmetrics),
 }
 JSON_PARSERS = ["rocm-smi", "amd-smi metric", "amd-smi static", "neuron-monitor", "macmon"]
 

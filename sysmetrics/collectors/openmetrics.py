@@ -8,6 +8,7 @@ import http.client
 import io
 import itertools
 import logging
+import math
 import re
 import socket
 import threading
@@ -130,6 +131,14 @@ def _split_sample(line: str) -> tuple[str, str] | None:
 def _metric_of(key: str) -> str:
     """``"{name}.{metric}"`` of a key ``openmetrics.{name}.{metric}.{index}``."""
     return key[len("openmetrics.") : key.rfind(".")]
+
+
+def _float(value: float) -> float:
+    """``float(value)``; an int too large for a float is infinite (the engine drops it)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _is_number(text: str) -> bool:
@@ -555,7 +564,7 @@ class OpenMetricsCollector(BackgroundCollector):
                 if not self._labels_wanted(ep_name, s.name, s.labels):
                     continue
                 key = self._key(ep_name, s.name, s.labels, page)
-                out[key] = float(s.value)
+                out[key] = _float(s.value)
                 if family.type == "counter":
                     self._counters.add(key)
         return key
