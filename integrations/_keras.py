@@ -47,14 +47,6 @@ def callback_list() -> tuple[Any, FrameType] | None:
     return calling_frame(CallbackList)
 
 
-def move_to_front(callbacks: Any, callback: Any) -> None:
-    """Put ``callback`` first, so every other callback sees the keys it adds to ``logs``."""
-    cbs = callbacks.callbacks
-    if cbs and cbs[0] is not callback:
-        cbs.remove(callback)
-        cbs.insert(0, callback)
-
-
 def filter_progress_bars(
     callbacks: Any, view: Callable[[Mapping[str, Any]], dict[str, Any]]
 ) -> Callable[[], None]:

@@ -31,14 +31,6 @@ def trainer_of(loop_frame: FrameType) -> Any:
     return trainer if isinstance(trainer, Trainer) else None
 
 
-def move_to_front(handler: Any, callback: Any) -> None:
-    """Put ``callback`` first, so the reporters and ``state.log_history`` see what it adds."""
-    callbacks = handler.callbacks
-    if callbacks and callbacks[0] is not callback:
-        callbacks.remove(callback)
-        callbacks.insert(0, callback)
-
-
 def filter_console(
     handler: Any, view: Callable[[Mapping[str, Any]], dict[str, Any]]
 ) -> Callable[[], None]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import keras
 
-from sysmetrics.callback import CallbackCore
+from sysmetrics.callback import CallbackCore, move_to_front
 
 from . import _keras
 
@@ -80,7 +80,7 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
             self.core.start()
             return
         callbacks, fit_frame = found
-        _keras.move_to_front(callbacks, self)
+        move_to_front(callbacks.callbacks, self)
         undo = (
             None if self.core.console else _keras.filter_progress_bars(callbacks, self.core.hidden)
         )

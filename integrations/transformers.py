@@ -10,7 +10,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from sysmetrics import SystemMetricsWarning
-from sysmetrics.callback import CallbackCore
+from sysmetrics.callback import CallbackCore, move_to_front
 
 from . import _transformers
 
@@ -94,7 +94,7 @@ class SystemMetricsCallback(TrainerCallback):
             self.core.start(sample=sample)
             return
         handler, loop_frame = found
-        _transformers.move_to_front(handler, self)
+        move_to_front(handler.callbacks, self)
         self._trainer = _transformers.trainer_of(loop_frame)
         undo = (
             None if self.core.console else _transformers.filter_console(handler, self.core.hidden)

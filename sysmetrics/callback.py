@@ -264,6 +264,16 @@ class CallbackCore:
         return step % self.log_every_n_steps == 0
 
 
+def move_to_front(callbacks: list[Any], callback: Any) -> None:
+    """Put ``callback`` first in a framework's callback list.
+
+    Every other callback (reporters, loggers) then sees the keys it adds to ``logs``.
+    """
+    if callbacks and callbacks[0] is not callback:
+        callbacks.remove(callback)
+        callbacks.insert(0, callback)
+
+
 def calling_frame(cls: type, depth: int = 6) -> tuple[Any, FrameType] | None:
     """The framework's callback list calling our hook, and the training call that called it.
 
