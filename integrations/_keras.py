@@ -2,13 +2,15 @@
 
 Keras hands every callback one ``logs`` dict in list order and does not give a callback
 the list it is in; it appends its ``ProgbarLogger`` after the user's callbacks. These
-helpers find that list (through the calling frame), reorder it, and keep the progress
-bar's view of ``logs`` as it would be without sysmetrics. ``CallbackList.callbacks`` and
-``ProgbarLogger``'s two hooks have the same meaning from Keras 3.0 to 3.15.
+helpers find that list (through the calling frame), for the callback to move itself to
+its front, and keep the progress bar's view of ``logs`` as it would be without
+sysmetrics. ``CallbackList.callbacks`` and ``ProgbarLogger``'s two hooks have the same
+meaning from Keras 3.0 to 3.15.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
@@ -21,7 +23,8 @@ from sysmetrics.callback import calling_frame
 # With ``steps_per_execution=k`` (JAX, TensorFlow) ``fit`` calls ``on_train_batch_end``
 # once per k batches, passing the index of the first batch of the k before Keras 3.11 and
 # of the last one (which overshoots on a short last chunk) from 3.11 on.
-_PASSES_LAST_BATCH = tuple(int(p) for p in keras.__version__.split(".")[:2]) >= (3, 11)
+_VERSION = re.match(r"(\d+)\.(\d+)", keras.__version__)
+_PASSES_LAST_BATCH = _VERSION is None or (int(_VERSION[1]), int(_VERSION[2])) >= (3, 11)
 
 
 def batches_per_call(model: Any) -> int:

@@ -4,7 +4,8 @@ The Trainer calls its callbacks in list order (``CallbackHandler.callbacks``): i
 reporters (``report_to``) before the user's callbacks, its console printer
 (``ProgressCallback``, or ``PrinterCallback`` with ``disable_tqdm``) after them, and it
 does not give a callback that list. These helpers find the list (through the calling
-frame), reorder it, and give the console printers the logs without our keys. The
+frame), for the callback to move itself to its front, and give the console printers the
+logs without our keys. The
 attributes read have the same meaning from transformers 4.40 to 5.x.
 """
 
