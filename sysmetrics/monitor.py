@@ -485,13 +485,19 @@ class SystemMonitor:
         for key in stale:
             del windows[key]
 
+    def _drop_locked(self, collector: Collector) -> bool:
+        """Take ``collector`` and its keys out (under the lock); False if already out."""
+        if collector not in self._collectors:
+            return False
+        self._collectors.remove(collector)
+        for key in [k for k, w in self._windows.items() if w.owner is collector]:
+            del self._windows[key]
+        return True
+
     def _disable(self, collector: Collector, why: str) -> None:
         with self._lock:
-            if collector not in self._collectors:
+            if not self._drop_locked(collector):
                 return
-            self._collectors.remove(collector)
-            for key in [k for k, w in self._windows.items() if w.owner is collector]:
-                del self._windows[key]
         warnings.warn(
             f"sysmetrics: collector {collector.name!r} {why}",
             SystemMetricsWarning,
@@ -510,10 +516,7 @@ class SystemMonitor:
                 return  # it returned meanwhile
             self._generation += 1
             self._busy = None
-            if collector in self._collectors:
-                self._collectors.remove(collector)
-            for key in [k for k, w in self._windows.items() if w.owner is collector]:
-                del self._windows[key]
+            self._drop_locked(collector)
         warnings.warn(
             f"sysmetrics: collector {collector.name!r} has not returned from sample() for "
             f"{STUCK_AFTER:g} s; it is disabled (its thread is left behind), the others go on",
