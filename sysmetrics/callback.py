@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import numbers
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -17,7 +16,7 @@ from typing import Any
 
 from sysmetrics import _watch
 from sysmetrics.monitor import _OPTIONS as MONITOR_OPTIONS
-from sysmetrics.monitor import SystemMonitor
+from sysmetrics.monitor import SystemMonitor, one_or_many, positive_int
 
 LOGGING_INTERVALS = ("step", "epoch")
 
@@ -47,11 +46,8 @@ _ALIASES = {
 def _patterns(name: str, value: object) -> tuple[str, ...]:
     if value is None:
         return ()
-    if isinstance(value, str):
-        items: list[object] = [value]
-    elif isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)):
-        items = list(value)
-    else:
+    items = one_or_many(value, str)
+    if items is None:
         raise TypeError(
             f"{name}={value!r} is invalid: use a glob pattern or a list of glob patterns on "
             "metric keys, such as 'cpu' or ['cpu', 'proc.*']"
@@ -123,11 +119,8 @@ class CallbackCore:
             raise ValueError(
                 f"logging_interval={logging_interval!r} is invalid: use 'step' or 'epoch'"
             )
-        if log_every_n_steps is not None and (
-            isinstance(log_every_n_steps, bool)
-            or not isinstance(log_every_n_steps, numbers.Integral)
-            or log_every_n_steps < 1
-        ):
+        every = None if log_every_n_steps is None else positive_int(log_every_n_steps)
+        if log_every_n_steps is not None and every is None:
             raise ValueError(
                 f"log_every_n_steps={log_every_n_steps!r} is invalid: use a positive integer, "
                 "or None for the framework's own logging cadence"
@@ -137,7 +130,7 @@ class CallbackCore:
         if not isinstance(console, bool):
             raise TypeError(f"console={console!r} is invalid: use True or False")
         self.logging_interval = logging_interval
-        self.log_every_n_steps = None if log_every_n_steps is None else int(log_every_n_steps)
+        self.log_every_n_steps = every
         self.prefix = prefix
         self.include = _patterns("include", include)
         self.exclude = _patterns("exclude", exclude)

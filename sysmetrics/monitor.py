@@ -60,7 +60,7 @@ def _check_interval(interval: object) -> float:
     return value
 
 
-def _positive_int(value: object) -> int | None:
+def positive_int(value: object) -> int | None:
     """``value`` as an int if it is a positive integer (numpy's included, bool not)."""
     if isinstance(value, bool):
         return None
@@ -71,12 +71,21 @@ def _positive_int(value: object) -> int | None:
     return n if n > 0 else None
 
 
+def one_or_many(value: object, one: type | tuple[type, ...]) -> list[object] | None:
+    """An option that takes "an item or a list of them", as a list; None if neither.
+
+    ``[value]`` if it is a ``one``, else the items of any iterable but bytes or a mapping.
+    """
+    if isinstance(value, one):
+        return [value]
+    if isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)):
+        return list(value)
+    return None
+
+
 def _check_disk_paths(disk_paths: object) -> tuple[str, ...]:
-    if isinstance(disk_paths, (str, os.PathLike)):
-        items: list[object] = [disk_paths]
-    elif isinstance(disk_paths, Iterable) and not isinstance(disk_paths, (bytes, Mapping)):
-        items = list(disk_paths)
-    else:
+    items = one_or_many(disk_paths, (str, os.PathLike))
+    if items is None:
         raise TypeError(
             f"disk_paths={disk_paths!r} is invalid: use a path or a list of paths whose "
             "filesystems to watch (an empty list for none)"
@@ -232,7 +241,7 @@ class SystemMonitor:
             if not psutil.pid_exists(pid):
                 raise ValueError(f"pid={pid!r} is invalid: no such process")
         self.pid = os.getpid() if pid is None else pid
-        max_series = _positive_int(open_metrics_max_series)
+        max_series = positive_int(open_metrics_max_series)
         if max_series is None:
             raise ValueError(
                 f"open_metrics_max_series={open_metrics_max_series!r} is invalid: it must be "
