@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from typing import Any
 
 log = logging.getLogger("sysmetrics")
 
@@ -78,3 +79,35 @@ def kept(
         if value is not None:
             out[prefix + key] = value
     return out
+
+
+def field(obj: object, *path: str) -> Any:
+    """``obj[path[0]][path[1]]...`` of decoded JSON; None where a level is missing."""
+    for name in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(name)
+    return obj
+
+
+def gpu_values(
+    prefix: str,
+    raw: Mapping[str, float | None],
+    total: float | None = None,
+    cap: float | None = None,
+) -> dict[str, float]:
+    """The ``gpu.{i}.*`` values of ``raw`` within their ranges (:data:`GPU`), as ``prefix + key``.
+
+    ``memoryAllocated`` is derived from ``memoryAllocatedBytes`` and ``total`` (bytes),
+    ``powerPercent`` from ``powerWatts`` and ``cap`` (W), where those are in range.
+    """
+    used = checked(prefix + "memoryAllocatedBytes", raw.get("memoryAllocatedBytes"), BYTES)
+    power = checked(prefix + "powerWatts", raw.get("powerWatts"), WATTS)
+    total = checked(prefix + "total memory", total, BYTES)
+    cap = checked(prefix + "power cap", cap, WATTS)
+    values = {**raw, "memoryAllocatedBytes": used, "powerWatts": power}
+    if used is not None and total:
+        values["memoryAllocated"] = used / total * 100.0
+    if power is not None and cap:
+        values["powerPercent"] = power / cap * 100.0
+    return kept(prefix, values, GPU)

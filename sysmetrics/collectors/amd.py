@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from sysmetrics.collectors._values import BYTES, GPU, WATTS, checked, kept, number
+from sysmetrics.collectors._values import WATTS, checked, field, gpu_values, number
 from sysmetrics.collectors.base import BaseCollector, find_tool
 
 log = logging.getLogger("sysmetrics")
@@ -63,26 +63,6 @@ def _decode(text: str, start: int, tool: str) -> Any:
         raise ValueError(f"{tool} printed JSON nested too deeply") from exc
 
 
-def _catalogue(
-    prefix: str, raw: dict[str, float | None], total: float | None, cap: float | None
-) -> dict[str, float]:
-    """The values in ``raw`` that lie in their key's range (:data:`GPU`), as ``prefix + key``.
-
-    ``memoryAllocated`` is derived from ``memoryAllocatedBytes`` and ``total`` (bytes),
-    ``powerPercent`` from ``powerWatts`` and ``cap`` (W), where those are in range.
-    """
-    used = checked(prefix + "memoryAllocatedBytes", raw.get("memoryAllocatedBytes"), BYTES)
-    power = checked(prefix + "powerWatts", raw.get("powerWatts"), WATTS)
-    total = checked(prefix + "total memory", total, BYTES)
-    cap = checked(prefix + "power cap", cap, WATTS)
-    raw = {**raw, "memoryAllocatedBytes": used, "powerWatts": power}
-    if used is not None and total:
-        raw["memoryAllocated"] = used / total * 100.0
-    if power is not None and cap:
-        raw["powerPercent"] = power / cap * 100.0
-    return kept(prefix, raw, GPU)
-
-
 def parse_rocm_smi(text: str) -> dict[str, float]:
     """Catalogue keys from ``rocm-smi -a --json`` output (noise before the JSON allowed).
 
@@ -94,8 +74,9 @@ def parse_rocm_smi(text: str) -> dict[str, float]:
     ``gpu.{i}.powerWatts`` (average, or MI300's current socket, graphics package power, W),
     ``gpu.{i}.powerPercent`` (of the card's max graphics package power).
 
-    Values out of range are left out (one debug line each): % outside 0..100, °C outside
-    -50..200, bytes outside 0..2**64, W outside 0..10000, NaN or infinite anything.
+    Values out of range are left out (one debug line each): % outside 0..100 (power %
+    outside 0..1000), °C outside -50..200, bytes outside 0..2**64, W outside 0..10000,
+    NaN or infinite anything.
 
     Raises:
         ValueError: the output holds no JSON object, or one that does not decode.
@@ -120,7 +101,7 @@ def parse_rocm_smi(text: str) -> dict[str, float]:
         }
         total = _number(card, "VRAM Total Memory (B)")
         limit = _number(card, "Max Graphics Package Power (W)")
-        out.update(_catalogue(f"gpu.{name[4:]}.", raw, total, limit))
+        out.update(gpu_values(f"gpu.{name[4:]}.", raw, total, limit))
     return out
 
 
@@ -149,15 +130,6 @@ def _amd_smi_gpus(text: str) -> list[dict[str, Any]]:
     ]
 
 
-def _field(obj: object, *path: str) -> Any:
-    """``obj[path[0]][path[1]]...``, or None where a level is missing or not an object."""
-    for name in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(name)
-    return obj
-
-
 def _value(obj: object) -> float | None:
     """amd-smi's ``{"value": v, "unit": u}`` (or a bare number) as a float; "N/A" gives None.
 
@@ -171,7 +143,7 @@ def _value(obj: object) -> float | None:
 def _bytes(obj: object) -> float | None:
     """An amd-smi memory figure in bytes (its unit read from the value; None if unknown)."""
     value = _value(obj)
-    unit = _field(obj, "unit") or "B"
+    unit = field(obj, "unit") or "B"
     scale = _UNIT_BYTES.get(unit) if isinstance(unit, str) else None
     return None if value is None or scale is None else value * scale
 
@@ -190,9 +162,9 @@ def parse_amd_smi_limits(text: str) -> dict[int, float]:
     out: dict[int, float] = {}
     for gpu in _amd_smi_gpus(text):
         limit = gpu.get("limit")
-        cap = _value(_field(limit, "socket_power"))
+        cap = _value(field(limit, "socket_power"))
         if cap is None:
-            cap = _value(_field(limit, "ppt0", "socket_power_limit"))
+            cap = _value(field(limit, "ppt0", "socket_power_limit"))
         cap = checked(f"gpu.{gpu['gpu']} power cap", cap, WATTS)
         if cap:
             out[gpu["gpu"]] = cap
@@ -209,8 +181,9 @@ def parse_amd_smi(text: str, limits: Mapping[int, float] | None = None) -> dict[
     sensor, else hotspot, else memory), ``gpu.{i}.powerWatts`` (``power.socket_power``, W),
     ``gpu.{i}.powerPercent`` (of the GPU's power cap in ``limits``, %).
 
-    Values out of range are left out (one debug line each): % outside 0..100, °C outside
-    -50..200, bytes outside 0..2**64, W outside 0..10000, NaN or infinite anything.
+    Values out of range are left out (one debug line each): % outside 0..100 (power %
+    outside 0..1000), °C outside -50..200, bytes outside 0..2**64, W outside 0..10000,
+    NaN or infinite anything.
 
     Raises:
         ValueError: the output holds no JSON, JSON that does not decode, or of another shape.
@@ -219,16 +192,16 @@ def parse_amd_smi(text: str, limits: Mapping[int, float] | None = None) -> dict[
     out: dict[str, float] = {}
     for gpu in _amd_smi_gpus(text):
         i = gpu["gpu"]
-        temps = (_value(_field(gpu, "temperature", s)) for s in ("edge", "hotspot", "mem"))
+        temps = (_value(field(gpu, "temperature", s)) for s in ("edge", "hotspot", "mem"))
         raw = {
-            "gpu": _value(_field(gpu, "usage", "gfx_activity")),
-            "memory": _value(_field(gpu, "usage", "umc_activity")),
+            "gpu": _value(field(gpu, "usage", "gfx_activity")),
+            "memory": _value(field(gpu, "usage", "umc_activity")),
             "temp": next((t for t in temps if t is not None), None),
-            "powerWatts": _value(_field(gpu, "power", "socket_power")),
-            "memoryAllocatedBytes": _bytes(_field(gpu, "mem_usage", "used_vram")),
+            "powerWatts": _value(field(gpu, "power", "socket_power")),
+            "memoryAllocatedBytes": _bytes(field(gpu, "mem_usage", "used_vram")),
         }
-        total = _bytes(_field(gpu, "mem_usage", "total_vram"))
-        out.update(_catalogue(f"gpu.{i}.", raw, total, (limits or {}).get(i)))
+        total = _bytes(field(gpu, "mem_usage", "total_vram"))
+        out.update(gpu_values(f"gpu.{i}.", raw, total, (limits or {}).get(i)))
     return out
 
 

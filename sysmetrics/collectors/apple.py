@@ -12,7 +12,7 @@ import sys
 
 import psutil
 
-from sysmetrics.collectors._values import BYTES, GPU, WATTS, checked, kept, number
+from sysmetrics.collectors._values import gpu_values, number
 from sysmetrics.collectors.base import BackgroundCollector, stop_child
 
 log = logging.getLogger("sysmetrics")
@@ -40,14 +40,11 @@ def parse_ioreg(text: str, total_memory: float) -> dict[str, float]:
         stats = {k: float(v) for k, v in _PAIR.findall(block)}
         if "Device Utilization %" not in stats:
             continue
-        raw: dict[str, float | None] = {"gpu": stats["Device Utilization %"]}
-        used = checked("gpu.0.memoryAllocatedBytes", stats.get("In use system memory"), BYTES)
-        total = checked("total memory", total_memory, BYTES)
-        if used is not None:
-            raw["memoryAllocatedBytes"] = used
-            if total:
-                raw["memoryAllocated"] = used / total * 100.0
-        return kept("gpu.0.", raw, GPU)
+        raw = {
+            "gpu": stats["Device Utilization %"],
+            "memoryAllocatedBytes": stats.get("In use system memory"),
+        }
+        return gpu_values("gpu.0.", raw, total=total_memory)
     return {}
 
 
@@ -59,7 +56,8 @@ def parse_macmon(line: str) -> dict[str, float]:
     active fraction, as %; ioreg's figure is preferred where both are read).
 
     Never raises; values out of range are left out (one debug line each): % outside
-    0..100, °C outside -50..200, W outside 0..10000, NaN or infinite.
+    0..100 (power % outside 0..1000), °C outside -50..200, W outside 0..10000, NaN or
+    infinite.
     """
     try:
         doc = json.loads(line)
@@ -71,15 +69,12 @@ def parse_macmon(line: str) -> dict[str, float]:
     temp = doc.get("temp")
     if isinstance(temp, dict):
         raw["temp"] = number(temp.get("gpu_temp_avg"))
-    power = checked("gpu.0.powerWatts", number(doc.get("gpu_power")), WATTS)
-    if power is not None:
-        raw["powerWatts"] = power
-        raw["powerPercent"] = power / MAX_POWER_W * 100.0
+    raw["powerWatts"] = number(doc.get("gpu_power"))
     usage = doc.get("gpu_usage")
     active = number(usage[1]) if isinstance(usage, list) and len(usage) == 2 else None
     if active is not None:
         raw["gpu"] = active * 100.0
-    return kept("gpu.0.", raw, GPU)
+    return gpu_values("gpu.0.", raw, cap=MAX_POWER_W)
 
 
 class AppleCollector(BackgroundCollector):

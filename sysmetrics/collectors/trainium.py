@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from sysmetrics.collectors._values import BYTES, PERCENT, Range, checked, number
+from sysmetrics.collectors._values import BYTES, PERCENT, Range, checked, field, number
 from sysmetrics.collectors.base import BackgroundCollector, find_tool, stop_child
 from sysmetrics.collectors.process import process_tree
 from sysmetrics.host import HostSource
@@ -87,9 +87,8 @@ def _bounds(key: str) -> Range:
 
 def _object(obj: object, *path: str) -> dict[str, Any]:
     """``obj[path[0]][path[1]]...``, or {} where a level is missing or not an object."""
-    for name in path:
-        obj = obj.get(name) if isinstance(obj, dict) else None
-    return obj if isinstance(obj, dict) else {}
+    found = field(obj, *path)
+    return found if isinstance(found, dict) else {}
 
 
 def _die_with_parent() -> Callable[[], None] | None:
