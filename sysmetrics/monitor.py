@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Union
 
 from sysmetrics.collectors import Collector, host_collectors
-from sysmetrics.collectors.base import Aggregation, SystemMetricsWarning
+from sysmetrics.collectors.base import Aggregation, SystemMetricsWarning, quote
 from sysmetrics.collectors.nvidia import GpuId
 from sysmetrics.collectors.openmetrics import Filters
 
@@ -119,18 +119,14 @@ _SWEEP_EVERY = 16  # ticks between two looks for keys to forget
 _REPR = 120  # characters of a bad value quoted in a warning
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= _REPR else text[: _REPR - 3] + "..."
-
-
 def _short(value: object) -> str:
     """``repr(value)``, cut to a warning's length."""
-    return _cut(repr(value))
+    return quote(repr(value), _REPR)
 
 
 def _name(exc: BaseException) -> str:
     """``Type: message`` of an exception, the message cut to a warning's length."""
-    return f"{type(exc).__name__}: {_cut(str(exc))}"
+    return f"{type(exc).__name__}: {quote(str(exc), _REPR)}"
 
 
 class _Misbehaved(Exception):

@@ -25,6 +25,14 @@ value. ``peak``: gauges averaged, plus a ``<key>.max`` companion with the window
 MiB = 1024 * 1024
 
 
+def quote(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters, with ``...`` where it was cut.
+
+    Outside input quoted in a warning or an error stays short.
+    """
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class SystemMetricsWarning(RuntimeWarning):
     """A collector, or one device of it, failed and was disabled; the rest go on."""
 
@@ -145,7 +153,7 @@ class BackgroundCollector(BaseCollector):
                     return {}
                 return dict(self._latest)
         raise RuntimeError(
-            f"its reader thread failed: {type(failure).__name__}: {str(failure)[:300]}"
+            f"its reader thread failed: {type(failure).__name__}: {quote(str(failure))}"
         ) from failure
 
     def _warn_once(self, what: str, message: str) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Union, cast
 from urllib.parse import urljoin, urlsplit
 
 from sysmetrics import _optional
-from sysmetrics.collectors.base import BackgroundCollector, SystemMetricsWarning
+from sysmetrics.collectors.base import BackgroundCollector, SystemMetricsWarning, quote
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -32,14 +32,8 @@ _SAMPLE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 FORGET_AFTER = 5  # successful pages in a row a series is missing from when it is forgotten
 MAX_LINE = 64 << 10  # characters; longer lines are skipped
 MAX_REDIRECTS = 3
-_QUOTE = 300  # characters at most of anything quoted in a warning
 _BLOCK = 1 << 20  # characters of page text split into lines at a time
 _REDIRECT_STATUSES = (301, 302, 303, 307, 308)
-
-
-def _quote(text: str) -> str:
-    """``text`` cut to 300 characters, with ``...`` where it was cut."""
-    return text if len(text) <= _QUOTE else text[:_QUOTE] + "..."
 
 
 def _line_blocks(text: str, closed: threading.Event) -> Iterator[list[str]]:
@@ -316,9 +310,9 @@ class OpenMetricsCollector(BackgroundCollector):
             self._publish(ep_name, {})
             if ep_name not in self._failing and not self._closed.is_set():
                 warnings.warn(
-                    f"sysmetrics: OpenMetrics endpoint {ep_name!r} ({_quote(url)}) failed, "
+                    f"sysmetrics: OpenMetrics endpoint {ep_name!r} ({quote(url)}) failed, "
                     f"retrying every {self.retry_after:g} s: "
-                    f"{type(exc).__name__}: {_quote(str(exc))}",
+                    f"{type(exc).__name__}: {quote(str(exc))}",
                     SystemMetricsWarning,
                     stacklevel=2,
                 )
@@ -356,7 +350,7 @@ class OpenMetricsCollector(BackgroundCollector):
             if left <= 0:
                 raise TimeoutError("timed out")
             if not host:
-                raise ValueError(f"no host in {_quote(url)!r}")
+                raise ValueError(f"no host in {quote(url)!r}")
             https = scheme == "https"
             conn = (http.client.HTTPSConnection if https else http.client.HTTPConnection)(
                 host, port, timeout=left
@@ -376,12 +370,12 @@ class OpenMetricsCollector(BackgroundCollector):
                         url = urljoin(url, location.strip())
                         if urlsplit(url).scheme not in ("http", "https"):
                             raise ValueError(
-                                f"redirect to {_quote(url)!r} refused: only http and https "
+                                f"redirect to {quote(url)!r} refused: only http and https "
                                 "redirects are followed"
                             )
                         continue
                     if not 200 <= response.status < 300:
-                        raise ValueError(f"HTTP {response.status} {_quote(response.reason)}")
+                        raise ValueError(f"HTTP {response.status} {quote(response.reason)}")
                     return self._body(response)
         raise ValueError(f"more than {MAX_REDIRECTS} redirects")
 
@@ -403,7 +397,7 @@ class OpenMetricsCollector(BackgroundCollector):
             if not unzip.eof:
                 raise ValueError("gzip response is truncated")
         elif encoding != "identity":
-            raise ValueError(f"unsupported Content-Encoding {_quote(encoding)!r}")
+            raise ValueError(f"unsupported Content-Encoding {quote(encoding)!r}")
         return body
 
     def _name_wanted(self, ep_name: str, name: str, names: dict[str, bool]) -> bool:
