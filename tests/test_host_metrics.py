@@ -6,6 +6,7 @@ source (the default elsewhere), so both paths are checked against the same truth
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -34,6 +35,17 @@ def monitor(source: HostSource, interval: float = 0.1, **kw: object) -> SystemMo
     paths = kw.pop("disk_paths", ("/",))
     collectors = host_collectors(os.getpid(), paths, track, source)  # type: ignore[arg-type]
     return SystemMonitor(interval=interval, collectors=collectors, **kw)
+
+
+@contextlib.contextmanager
+def python_child(code: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A child Python running ``code``, killed and reaped on the way out."""
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        yield child
+    finally:
+        child.kill()
+        child.wait()
 
 
 def spin(stop: threading.Event) -> None:
@@ -162,17 +174,13 @@ def test_network_sent_counts_loopback_bytes(source: HostSource) -> None:
 
 @pytest.mark.parametrize("track", [True, False])
 def test_spinning_child_counts_only_with_process_tree(source: HostSource, track: bool) -> None:
-    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
+    with python_child("while True: pass"):
         time.sleep(0.3)
         with monitor(source, track_process_tree=track) as m:
             time.sleep(0.3)
             m.snapshot()
             time.sleep(2.0)
             snap = m.snapshot()
-    finally:
-        child.kill()
-        child.wait()
     one_cpu = 100.0 / available_cpus()
     if track:
         assert one_cpu * 0.6 < snap["cpu"] < one_cpu * 1.4 + 5, snap["cpu"]
@@ -260,17 +268,13 @@ def test_a_child_born_between_samples_counts_whatever_the_boot_time(tmp_path: Pa
     collector = ProcessCollector(ProcfsSource(root=str(root)), os.getpid())
     collector.sample()
     t0 = time.monotonic()
-    child = subprocess.Popen([sys.executable, "-c", SPIN_WALL.format(s=3)])
-    try:
+    with python_child(SPIN_WALL.format(s=3)) as child:
         (root / str(child.pid)).symlink_to(f"/proc/{child.pid}")
         time.sleep(1.0)
         snap = collector.sample()
         elapsed = time.monotonic() - t0
         truth = PsutilSource().process(child.pid)
         assert truth is not None
-    finally:
-        child.kill()
-        child.wait()
     child_percent = truth.cpu_seconds / elapsed / available_cpus() * 100.0
     assert child_percent > 20.0 / available_cpus()  # the child really ran
     assert snap["cpu"] > 0.8 * child_percent, (snap["cpu"], child_percent)
@@ -280,12 +284,8 @@ def test_a_child_started_after_a_snapshot_counts_in_the_next(source: HostSource)
     """The issue's repro through a SystemMonitor, on this machine's real boot time."""
     with monitor(source, interval=1.0) as m:
         m.snapshot()
-        child = subprocess.Popen([sys.executable, "-c", SPIN_WALL.format(s=3)])
-        try:
+        with python_child(SPIN_WALL.format(s=3)):
             time.sleep(1.2)
             snap = m.snapshot()
-        finally:
-            child.kill()
-            child.wait()
     one_cpu = 100.0 / available_cpus()
     assert snap["cpu"] > 0.4 * one_cpu, snap["cpu"]
