@@ -1,0 +1,254 @@
+"""What every metric key means: one :class:`Description` per key family, in one place.
+
+Each family of keys a collector emits (``cpu``, ``gpu.{i}.gpu``,
+``disk.{path}.usagePercent``, ...) has its unit, kind (gauge or counter), a one-line
+help, its placeholders and its Prometheus name. The README's key tables, the Prometheus
+exporter and reports derive from :data:`DESCRIPTIONS`; :func:`describe` finds the family
+of a concrete key such as ``gpu.0.gpu``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Kind = Literal["gauge", "counter"]
+
+_MIB = 1024.0**2
+_GIB = 1024.0**3
+
+
+@dataclass(frozen=True)
+class Description:
+    """One key family: what its values are and how they are exported to Prometheus.
+
+    Attributes:
+        key: the family as the README writes it, placeholders in braces:
+            ``"gpu.{i}.gpu"``, ``"disk.{path}.usagePercent"``.
+        unit: the unit of the value as sysmetrics reports it (``"%"``, ``"MiB"``, ...).
+        kind: ``"counter"`` for values cumulative since the monitor started (or since
+            the driver loaded, for ECC errors); ``"gauge"`` for everything else.
+        help: one line saying what the value is.
+        prometheus: the Prometheus metric name without the exporter's ``sysmetrics_``
+            prefix, in the base unit; None where the family is not exported.
+        scale: the factor from ``unit`` to the Prometheus base unit (MiB: 1048576).
+        prometheus_labels: the Prometheus label of each placeholder of ``key``, in order.
+
+    """
+
+    key: str
+    unit: str
+    kind: Kind
+    help: str
+    prometheus: str | None
+    scale: float = 1.0
+    prometheus_labels: tuple[str, ...] = ()
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The placeholders of ``key``, in order: ``("i",)``, ``("path",)``, ``("i", "j")``."""
+        return tuple(_PLACEHOLDER.findall(self.key))
+
+
+def _gpu(key: str, unit: str, help: str, prometheus: str, scale: float = 1.0,
+         kind: Kind = "gauge") -> Description:  # fmt: skip
+    return Description(f"gpu.{{i}}.{key}", unit, kind, help, prometheus, scale, ("gpu",))
+
+
+_GPU = (
+    _gpu("gpu", "%", "GPU utilization: % of time a kernel ran (NVIDIA), GPU use (AMD, Apple)",
+         "gpu_utilization_percent"),
+    _gpu("memory", "%", "% of time the GPU memory was read or written (memory controller busy)",
+         "gpu_memory_utilization_percent"),
+    _gpu("memoryAllocated", "%", "% of the GPU's memory in use (Apple: of the machine's RAM)",
+         "gpu_memory_allocated_percent"),
+    _gpu("memoryAllocatedBytes", "bytes", "GPU memory in use",
+         "gpu_memory_allocated_bytes"),
+    _gpu("temp", "°C", "GPU temperature", "gpu_temperature_celsius"),
+    _gpu("powerWatts", "W", "GPU power draw", "gpu_power_watts"),
+    _gpu("powerPercent", "%", "GPU power draw as % of its power limit (Apple: of 16.5 W)",
+         "gpu_power_percent"),
+    _gpu("smClock", "MHz", "SM clock", "gpu_sm_clock_hertz", 1e6),
+    _gpu("memoryClock", "MHz", "Memory clock", "gpu_memory_clock_hertz", 1e6),
+    _gpu("graphicsClock", "MHz", "Graphics clock", "gpu_graphics_clock_hertz", 1e6),
+    _gpu("correctedMemoryErrors", "count",
+         "Corrected ECC memory errors (volatile: since the driver loaded)",
+         "gpu_corrected_memory_errors_total", kind="counter"),
+    _gpu("uncorrectedMemoryErrors", "count",
+         "Uncorrected ECC memory errors (volatile: since the driver loaded)",
+         "gpu_uncorrected_memory_errors_total", kind="counter"),
+    _gpu("encoderUtilization", "%", "Video encoder utilization",
+         "gpu_encoder_utilization_percent"),
+)  # fmt: skip
+
+
+def _ipu(key: str, unit: str, help: str, prometheus: str, scale: float = 1.0) -> Description:
+    return Description(f"ipu.{{device_id}}.{key}", unit, "gauge", help, prometheus, scale,
+                       ("ipu",))  # fmt: skip
+
+
+DESCRIPTIONS: tuple[Description, ...] = (
+    # Process tree, CPU, memory, disk, network.
+    Description("cpu", "%", "gauge",
+                "CPU used by the process tree, % of the CPUs available to the process",
+                "process_cpu_utilization_percent"),
+    Description("cpu.{i}.cpu_percent", "%", "gauge", "System-wide busy % of CPU core i",
+                "cpu_utilization_percent", prometheus_labels=("cpu",)),
+    Description("proc.cpu.threads", "count", "gauge", "Threads of the process tree",
+                "process_threads"),
+    Description("proc.memory.rssMB", "MiB", "gauge", "Resident memory of the process tree",
+                "process_memory_rss_bytes", _MIB),
+    Description("proc.memory.percent", "%", "gauge",
+                "Resident memory of the process tree, % of system memory or of the cgroup limit",
+                "process_memory_rss_percent"),
+    Description("memory", "%", "gauge",
+                "System memory in use, % (in a memory-limited cgroup, of its limit)",
+                "memory_used_percent"),
+    Description("proc.memory.availableMB", "MiB", "gauge",
+                "Memory available (in a memory-limited cgroup, its limit less its usage)",
+                "memory_available_bytes", _MIB),
+    Description("disk.{path}.usagePercent", "%", "gauge",
+                "Space in use on the filesystem of path, % (as df counts it)",
+                "disk_usage_percent", prometheus_labels=("path",)),
+    Description("disk.{path}.usageGB", "GiB", "gauge", "Space in use on the filesystem of path",
+                "disk_usage_bytes", _GIB, ("path",)),
+    Description("disk.in", "MiB", "counter",
+                "Data read from whole disks since the monitor started",
+                "disk_read_bytes_total", _MIB),
+    Description("disk.out", "MiB", "counter",
+                "Data written to whole disks since the monitor started",
+                "disk_written_bytes_total", _MIB),
+    Description("network.sent", "bytes", "counter",
+                "Data sent on every interface (loopback included) since the monitor started",
+                "network_transmit_bytes_total"),
+    Description("network.recv", "bytes", "counter",
+                "Data received on every interface (loopback included) since the monitor started",
+                "network_receive_bytes_total"),
+    # GPUs: NVIDIA (NVML), AMD (rocm-smi, amd-smi), Apple (gpu.0 only).
+    *_GPU,
+    *(replace(d, key=d.key.replace("gpu.", "gpu.process.", 1), prometheus=None,
+              scale=1.0, prometheus_labels=(), help=f"{d.help}, of a GPU the process tree uses")
+      for d in _GPU),
+    Description("gpu.process.{i}.processMemoryAllocatedBytes", "bytes", "gauge",
+                "GPU memory held by the process tree's processes", "gpu_process_memory_bytes",
+                prometheus_labels=("gpu",)),
+    Description("gpu.{i}.mig.{j}.memoryAllocated", "%", "gauge",
+                "% of the MIG instance's memory in use", "gpu_mig_memory_allocated_percent",
+                prometheus_labels=("gpu", "mig")),
+    Description("gpu.{i}.mig.{j}.memoryAllocatedBytes", "bytes", "gauge",
+                "Memory of the MIG instance in use", "gpu_mig_memory_allocated_bytes",
+                prometheus_labels=("gpu", "mig")),
+    # AWS Trainium / Inferentia (neuron-monitor).
+    Description("trn.{core}.neuroncore_utilization", "%", "gauge", "NeuronCore utilization",
+                "neuroncore_utilization_percent", prometheus_labels=("core",)),
+    Description("trn.host_total_memory_usage", "bytes", "gauge",
+                "Host memory used by the Neuron runtime", "neuron_host_memory_used_bytes"),
+    Description("trn.neuron_device_total_memory_usage", "bytes", "gauge",
+                "Neuron device memory used", "neuron_device_memory_used_bytes"),
+    Description("trn.host_total_memory_usage.{kind}", "bytes", "gauge",
+                "Host memory used by the Neuron runtime, by kind",
+                "neuron_host_memory_breakdown_bytes", prometheus_labels=("kind",)),
+    Description("trn.{core}.neuroncore_memory_usage.{kind}", "bytes", "gauge",
+                "Device memory used by a NeuronCore, by kind",
+                "neuroncore_memory_used_bytes", prometheus_labels=("core", "kind")),
+    # Google TPUs (tpu-info).
+    Description("tpu.{i}.memoryUsageBytes", "bytes", "gauge", "TPU HBM in use",
+                "tpu_memory_used_bytes", prometheus_labels=("tpu",)),
+    Description("tpu.{i}.memoryUsage", "%", "gauge", "% of TPU HBM in use",
+                "tpu_memory_used_percent", prometheus_labels=("tpu",)),
+    Description("tpu.{i}.dutyCycle", "%", "gauge", "% of time the TensorCores were busy",
+                "tpu_duty_cycle_percent", prometheus_labels=("tpu",)),
+    # Graphcore IPUs (gcipuinfo): the attribute's name with its unit, as W&B names them.
+    _ipu("average board temp (C)", "°C", "IPU board temperature",
+         "ipu_board_temperature_celsius"),
+    _ipu("average die temp (C)", "°C", "IPU die temperature", "ipu_die_temperature_celsius"),
+    _ipu("clock (MHz)", "MHz", "IPU clock", "ipu_clock_hertz", 1e6),
+    _ipu("ipu power (W)", "W", "IPU power draw", "ipu_power_watts"),
+    _ipu("ipu utilisation (%)", "%", "IPU utilization", "ipu_utilization_percent"),
+    _ipu("ipu utilisation (session) (%)", "%", "IPU utilization since the session began",
+         "ipu_session_utilization_percent"),
+    _ipu("link speed (GT/s)", "GT/s", "IPU PCIe link speed",
+         "ipu_link_speed_transfers_per_second", 1e9),
+    # OpenMetrics endpoints: foreign metrics, not exported again.
+    Description("openmetrics.{name}.{metric}.{index}", "the endpoint's", "gauge",
+                "A gauge or counter (_total) of endpoint name; index numbers its label sets",
+                None),
+)  # fmt: skip
+"""Every key family the collectors emit."""
+
+_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+_PATTERNS = {"i": "[0-9]+", "j": "[0-9]+", "core": "[0-9]+", "device_id": "[0-9]+",
+             "index": "[0-9]+", "path": ".+", "kind": "[^.]+", "name": "[^.]+",
+             "metric": "[^.]+"}  # fmt: skip
+"""What each placeholder matches: indices are digits, a path anything (dots, slashes)."""
+
+
+def _compile(d: Description) -> re.Pattern[str]:
+    parts = _PLACEHOLDER.split(d.key)  # literal, name, literal, name, ..., literal
+    return re.compile(
+        "".join(re.escape(p) if n % 2 == 0 else f"(?P<{p}>{_PATTERNS[p]})"
+                for n, p in enumerate(parts)),
+        re.DOTALL,
+    )  # fmt: skip
+
+
+_BY_ROOT: dict[str, list[tuple[re.Pattern[str], Description]]] = {}
+for _d in DESCRIPTIONS:
+    _BY_ROOT.setdefault(_d.key.split(".", 1)[0], []).append((_compile(_d), _d))
+del _d
+
+_CACHE_LIMIT = 10_000
+_cache: dict[str, tuple[Description, dict[str, str]] | None] = {}
+
+
+def _families(key: str) -> list[tuple[Description, dict[str, str]]]:
+    """Every family whose pattern matches ``key`` exactly (one at most, by design)."""
+    out = []
+    for pattern, d in _BY_ROOT.get(key.split(".", 1)[0], ()):
+        m = pattern.fullmatch(key)
+        if m is not None:
+            out.append((d, m.groupdict()))
+    return out
+
+
+def describe(key: str) -> tuple[Description, dict[str, str]] | None:
+    """The family of a concrete key and its placeholder values, or None when undescribed.
+
+    ``describe("gpu.0.gpu")`` is ``(<gpu.{i}.gpu>, {"i": "0"})``. A key ending in ``.max``
+    is the monitor's peak companion of the key before it, never a family of its own: it
+    gets that key's family and values, or None where that key is undescribed (so a
+    Trainium memory kind named ``max`` would read as the peak of its total). Results are
+    cached (the cache is emptied when it passes 10,000 keys).
+    """
+    try:
+        found = _cache[key]
+    except KeyError:
+        base = key[: -len(".max")] if key.endswith(".max") else key
+        matches = [] if base.endswith(".max") else _families(base)
+        found = matches[0] if matches else None
+        if len(_cache) >= _CACHE_LIMIT:
+            _cache.clear()
+        _cache[key] = found
+    return None if found is None else (found[0], dict(found[1]))
+
+
+_BASE_UNITS = {"MiB": "bytes", "GiB": "bytes", "MHz": "Hz", "GT/s": "transfers/s"}
+"""The Prometheus base unit of a family whose ``scale`` is not 1, by its unit."""
+
+
+def markdown_table() -> str:
+    """The README's table of Prometheus metrics, one row per exported family."""
+    rows = [
+        "| Prometheus metric | type | labels | unit | sysmetrics key | help |",
+        "|---|---|---|---|---|---|",
+    ]
+    for d in DESCRIPTIONS:
+        if d.prometheus is None:
+            continue
+        labels = ", ".join(f"`{label}`" for label in d.prometheus_labels)
+        unit = d.unit if d.scale == 1.0 else _BASE_UNITS[d.unit]
+        rows.append(
+            f"| `sysmetrics_{d.prometheus}` | {d.kind} | {labels} | {unit} | `{d.key}` | {d.help} |"
+        )
+    return "\n".join(rows) + "\n"
