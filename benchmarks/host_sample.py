@@ -108,7 +108,7 @@ def psutil_sample(pid: int, disk_paths: tuple[str, ...]) -> Callable[[], None]:
 
 
 def full_sample(pid: int, disk_paths: tuple[str, ...]) -> Callable[[], None]:
-    collectors = host_collectors(pid, disk_paths, True, ProcfsSource())
+    collectors = host_collectors(source=ProcfsSource(), pid=pid, disk_paths=disk_paths)
 
     def run() -> None:
         for c in collectors:

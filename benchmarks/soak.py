@@ -60,7 +60,7 @@ def fds() -> int:
 
 def row(monitor: SystemMonitor, om: OpenMetricsCollector, ticks: int, dt: float) -> dict[str, Any]:
     with monitor._lock:  # the engine's private state: what it holds right now
-        keys = len(monitor._windows)
+        keys = len(monitor._series)
         tick = monitor._tick
     series = sum(len(s) for s in getattr(om, "_series", {}).values())
     return {

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
 import keras
 
+from sysmetrics import SystemMonitor
 from sysmetrics.callback import CallbackCore, move_to_front
+from sysmetrics.reader import Reader
 
 from . import _keras
 
@@ -35,13 +38,17 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
     Keys: every key of :class:`sysmetrics.SystemMonitor`, after ``prefix``.
 
     Args:
-        interval: seconds between samples.
+        interval: seconds between samples (default 1.0).
         logging_interval: ``"epoch"`` (default) or ``"step"``.
         log_every_n_steps: with ``"step"``, add to every this many batches (default 1).
         prefix: put before every key (default ``system/``).
         include: glob patterns of keys to keep (default all).
         exclude: glob patterns of keys to leave out.
         console: also show the metrics in the progress bar.
+        monitor: a running or new :class:`sysmetrics.SystemMonitor` to share (with an
+            exporter, a run file, another callback); read through a reader of its own,
+            started if needed, never stopped by the callback.
+        run_file: also write every sample with its training step to this JSON-lines file.
         **monitor_options: passed to :class:`sysmetrics.SystemMonitor`.
 
     Raises:
@@ -51,24 +58,27 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
 
     def __init__(
         self,
-        interval: float = 1.0,
+        interval: float | None = None,
         logging_interval: str = "epoch",
         log_every_n_steps: int | None = None,
         prefix: str = "system/",
         include: str | Iterable[str] | None = None,
         exclude: str | Iterable[str] | None = None,
         console: bool = False,
+        monitor: SystemMonitor | None = None,
+        run_file: str | os.PathLike[str] | bool | None = None,
         **monitor_options: Any,
     ) -> None:
         super().__init__()
         self.core = CallbackCore(
             interval, logging_interval, log_every_n_steps, prefix, include, exclude, console,
-            owner=type(self).__name__, **monitor_options,
+            monitor, run_file, owner=type(self).__name__, run_dirs=False, **monitor_options,
         )  # fmt: skip
         self._batches = 0  # batches trained in this fit, at the end of the previous call
         self._epoch_start = 0  # ... at the start of this epoch
         self._per_call = 1  # batches per on_train_batch_end call
         self._steps: int | None = None  # batches per epoch, where Keras knows
+        self._epochs: Reader | None = None  # with "step": the epochs' own windows
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._batches = self._epoch_start = 0
@@ -78,16 +88,25 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
         found = _keras.callback_list()
         if found is None:
             self.core.start()
-            return
-        callbacks, fit_frame = found
-        move_to_front(callbacks.callbacks, self)
-        undo = (
-            None if self.core.console else _keras.filter_progress_bars(callbacks, self.core.hidden)
-        )
-        self.core.start(watch=fit_frame, cleanup=undo)
+        else:
+            callbacks, fit_frame = found
+            move_to_front(callbacks.callbacks, self)
+            undo = (
+                None
+                if self.core.console
+                else _keras.filter_progress_bars(callbacks, self.core.hidden)
+            )
+            self.core.start(watch=fit_frame, cleanup=undo)
+        # Batch points start a new window of the run's reader each time; the epoch values
+        # come from a reader of their own, so they cover the whole epoch and keep its peak.
+        step = self.core.logging_interval == "step"
+        self._epochs = self.core.extra_reader() if step else None
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_start = self._batches
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self.core.set_step(self._batches + 1)  # the batch being trained, for the run file
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         done = self._epoch_start + _keras.batches_done(batch, self._per_call, self._steps)
@@ -100,7 +119,8 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if logs is not None:
-            logs.update(self.core.metrics())
+            logs.update(self.core.metrics(reader=self._epochs))
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        self._epochs = None
         self.core.stop()

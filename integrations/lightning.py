@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -11,6 +12,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from sysmetrics import SystemMonitor
 from sysmetrics.callback import CallbackCore
 
 from . import _lightning
@@ -37,13 +39,18 @@ class SystemMetricsCallback(Callback):
     so there is one point per logging step; no collective call is made.
 
     Args:
-        interval: seconds between samples.
+        interval: seconds between samples (default 1.0).
         logging_interval: ``"step"`` or ``"epoch"``.
         log_every_n_steps: log every this many optimizer steps; None follows the trainer.
         prefix: put before every key (default ``system/``).
         include: glob patterns of keys to keep (default all), e.g. ``["cpu", "proc.*"]``.
         exclude: glob patterns of keys to leave out.
         console: also show the latest logged metrics in the progress bar.
+        monitor: a running or new :class:`sysmetrics.SystemMonitor` to share (with an
+            exporter, a run file, another callback); read through a reader of its own,
+            started if needed, never stopped by the callback.
+        run_file: also write every sample with its training step to this JSON-lines file;
+            True for ``system_metrics.jsonl`` in the run's log directory (``trainer.log_dir``).
         **monitor_options: passed to :class:`sysmetrics.SystemMonitor`.
 
     Raises:
@@ -54,18 +61,20 @@ class SystemMetricsCallback(Callback):
 
     def __init__(
         self,
-        interval: float = 1.0,
+        interval: float | None = None,
         logging_interval: str = "step",
         log_every_n_steps: int | None = None,
         prefix: str = "system/",
         include: str | Iterable[str] | None = None,
         exclude: str | Iterable[str] | None = None,
         console: bool = False,
+        monitor: SystemMonitor | None = None,
+        run_file: str | os.PathLike[str] | bool | None = None,
         **monitor_options: Any,
     ) -> None:
         self.core = CallbackCore(
             interval, logging_interval, log_every_n_steps, prefix, include, exclude, console,
-            owner=type(self).__name__, **monitor_options,
+            monitor, run_file, owner=type(self).__name__, **monitor_options,
         )  # fmt: skip
         self._shown: dict[str, float] = {}
 
@@ -91,7 +100,16 @@ class SystemMetricsCallback(Callback):
             for u in undo:
                 u()
 
-        self.core.start(sample=trainer.local_rank == 0, cleanup=cleanup)
+        # trainer.log_dir is a broadcast: every rank asks for it, or none does.
+        run_dir = trainer.log_dir if self.core.run_file is True else None
+        self.core.start(sample=trainer.local_rank == 0, cleanup=cleanup, run_dir=run_dir)
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        # The step this batch's metrics are logged at, for the run file's samples.
+        self.core.set_step(_lightning.logged_step(trainer))
 
     def _on_step_log(self, trainer: pl.Trainer, step: int, trainer_logs: bool) -> None:
         """Where the trainer decides whether it logs its metrics for ``step``."""

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Iterable
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from sysmetrics import SystemMetricsWarning
+from sysmetrics import SystemMetricsWarning, SystemMonitor
 from sysmetrics.callback import CallbackCore, move_to_front
 
 from . import _transformers
@@ -43,13 +44,19 @@ class SystemMetricsCallback(TrainerCallback):
     Keys: every key of :class:`sysmetrics.SystemMonitor`, after ``prefix``.
 
     Args:
-        interval: seconds between samples.
+        interval: seconds between samples (default 1.0).
         logging_interval: ``"step"`` or ``"epoch"``.
         log_every_n_steps: log every this many optimizer steps; None follows the Trainer.
         prefix: put before every key (default ``system/``).
         include: glob patterns of keys to keep (default all).
         exclude: glob patterns of keys to leave out.
         console: also print the metrics with the Trainer's console logs.
+        monitor: a running or new :class:`sysmetrics.SystemMonitor` to share (with an
+            exporter, a run file, another callback); read through a reader of its own,
+            started if needed, never stopped by the callback.
+        run_file: also write every sample with its training step to this JSON-lines file;
+            True for ``system_metrics.jsonl`` in the run's log directory
+            (``args.logging_dir``, else ``args.output_dir``).
         **monitor_options: passed to :class:`sysmetrics.SystemMonitor`.
 
     Raises:
@@ -59,18 +66,20 @@ class SystemMetricsCallback(TrainerCallback):
 
     def __init__(
         self,
-        interval: float = 1.0,
+        interval: float | None = None,
         logging_interval: str = "step",
         log_every_n_steps: int | None = None,
         prefix: str = "system/",
         include: str | Iterable[str] | None = None,
         exclude: str | Iterable[str] | None = None,
         console: bool = False,
+        monitor: SystemMonitor | None = None,
+        run_file: str | os.PathLike[str] | bool | None = None,
         **monitor_options: Any,
     ) -> None:
         self.core = CallbackCore(
             interval, logging_interval, log_every_n_steps, prefix, include, exclude, console,
-            owner=type(self).__name__, **monitor_options,
+            monitor, run_file, owner=type(self).__name__, **monitor_options,
         )  # fmt: skip
         self._last_step = -1  # the step of the latest point
         self._last_log = -1  # the step of the Trainer's latest training log
@@ -91,7 +100,7 @@ class SystemMetricsCallback(TrainerCallback):
                 SystemMetricsWarning,
                 stacklevel=2,
             )
-            self.core.start(sample=sample)
+            self.core.start(sample=sample, run_dir=_run_dir(args))
             return
         handler, loop_frame = found
         move_to_front(handler.callbacks, self)
@@ -105,7 +114,13 @@ class SystemMetricsCallback(TrainerCallback):
             if undo is not None:
                 undo()
 
-        self.core.start(sample=sample, watch=loop_frame, cleanup=cleanup)
+        self.core.start(sample=sample, watch=loop_frame, cleanup=cleanup, run_dir=_run_dir(args))
+
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        # The step this step's loss is logged at, for the run file's samples.
+        self.core.set_step(state.global_step + 1)
 
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -183,6 +198,11 @@ class SystemMetricsCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         self.core.stop()
+
+
+def _run_dir(args: TrainingArguments) -> str | None:
+    """Where the Trainer writes its logs (``logging_dir``, gone in transformers 5)."""
+    return getattr(args, "logging_dir", None) or args.output_dir
 
 
 def _whole(epoch: float | None) -> bool:

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
 from typing import Any
 
 from sysmetrics import _watch
-from sysmetrics.monitor import _OPTIONS as MONITOR_OPTIONS
-from sysmetrics.monitor import SystemMonitor, one_or_many, positive_int
+from sysmetrics._checks import one_or_many, positive_int
+from sysmetrics.collectors.base import SystemMetricsWarning, quote
+from sysmetrics.monitor import MONITOR_OPTIONS, SystemMonitor
+from sysmetrics.reader import Reader
+from sysmetrics.sinks.jsonl import JsonlSink
 
 LOGGING_INTERVALS = ("step", "epoch")
 
@@ -29,7 +34,10 @@ CALLBACK_OPTIONS = (
     "include",
     "exclude",
     "console",
+    "monitor",
+    "run_file",
 )
+RUN_FILE = "system_metrics.jsonl"  # the run file's name in the run's log directory
 # What users of the frameworks type for our options: each framework's own name for it.
 _ALIASES = {
     "logging_steps": "log_every_n_steps",  # transformers' TrainingArguments
@@ -40,6 +48,9 @@ _ALIASES = {
     "progress_bar": "console",
     "verbose": "console",
     "sampling_interval": "interval",
+    "system_monitor": "monitor",
+    "jsonl": "run_file",
+    "log_file": "run_file",
 }
 
 
@@ -61,6 +72,30 @@ def _patterns(name: str, value: object) -> tuple[str, ...]:
             )
         patterns.append(p)
     return tuple(patterns)
+
+
+def _check_run_file(value: object, owner: str, run_dirs: bool) -> str | bool | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        if not run_dirs:
+            raise ValueError(
+                f"run_file=True is invalid for {owner}: the framework has no run log "
+                "directory; give the run file's path"
+            )
+        return True
+    path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(path, str) or not path:
+        raise TypeError(
+            f"run_file={value!r} is invalid: use a path for the JSON-lines run file, True for "
+            f"{RUN_FILE} in the run's log directory, or None"
+        )
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ValueError(
+            f"run_file={value!r} is invalid: its directory {directory!r} does not exist"
+        )
+    return path
 
 
 def _check_unknown(owner: str, options: Mapping[str, object]) -> None:
@@ -93,7 +128,15 @@ class CallbackCore:
         exclude: glob patterns of keys to leave out, applied after ``include``.
         console: also show the metrics where the framework prints its logs (progress bar,
             printed log lines); by default they reach the loggers only.
+        monitor: sample with this (shared) monitor instead of one of the callback's own;
+            the callback reads it through a reader of its own, starts it if it is not
+            running, and never stops it. Excludes ``interval`` and ``monitor_options``.
+        run_file: also write every sample, with the training step, to this JSON-lines
+            file (see :class:`~sysmetrics.sinks.jsonl.JsonlSink`); True for
+            ``system_metrics.jsonl`` in the run's log directory, where the framework has
+            one (``run_dirs`` says whether it does).
         owner: the callback's name, for error messages.
+        run_dirs: whether the framework has a run log directory for ``run_file=True``.
         monitor_options: passed to :class:`~sysmetrics.SystemMonitor` (``disk_paths``,
             ``track_process_tree``, ...).
 
@@ -104,17 +147,38 @@ class CallbackCore:
 
     def __init__(
         self,
-        interval: float = 1.0,
+        interval: float | None = None,
         logging_interval: str = "step",
         log_every_n_steps: int | None = None,
         prefix: str = "system/",
         include: str | Iterable[str] | None = None,
         exclude: str | Iterable[str] | None = None,
         console: bool = False,
+        monitor: SystemMonitor | None = None,
+        run_file: str | os.PathLike[str] | bool | None = None,
         owner: str = "SystemMetricsCallback",
+        run_dirs: bool = True,
         **monitor_options: Any,
     ) -> None:
         _check_unknown(owner, monitor_options)
+        if monitor is not None:
+            if not isinstance(monitor, SystemMonitor):
+                raise TypeError(
+                    f"monitor={monitor!r} is invalid: use a sysmetrics.SystemMonitor to share, "
+                    "or None for the callback's own"
+                )
+            given = sorted(monitor_options) + (["interval"] if interval is not None else [])
+            if given:
+                raise TypeError(
+                    f"{owner} got {', '.join(given)} with monitor=: those configure the "
+                    "callback's own monitor; configure the monitor you pass instead"
+                )
+            if monitor._state == "stopped":
+                raise ValueError(
+                    "monitor= is a stopped SystemMonitor, which cannot sample again: pass a "
+                    "new or running one"
+                )
+        self.run_file = _check_run_file(run_file, owner, run_dirs)
         if logging_interval not in LOGGING_INTERVALS:
             raise ValueError(
                 f"logging_interval={logging_interval!r} is invalid: use 'step' or 'epoch'"
@@ -135,11 +199,20 @@ class CallbackCore:
         self.include = _patterns("include", include)
         self.exclude = _patterns("exclude", exclude)
         self.console = console
-        self.monitor_options: dict[str, Any] = {"interval": interval, **monitor_options}
+        self.monitor_options: dict[str, Any] = {
+            "interval": 1.0 if interval is None else interval,
+            **monitor_options,
+        }
+        self.shared = monitor  # a monitor the user owns: never stopped here
         # Validate every monitor option now, with the monitor's own messages, and keep
         # that monitor for the first start (its collectors may have run a vendor tool).
-        self._unstarted: SystemMonitor | None = SystemMonitor(**self.monitor_options)
-        self.monitor: SystemMonitor | None = None
+        self._unstarted: SystemMonitor | None = (
+            SystemMonitor(**self.monitor_options) if monitor is None else None
+        )
+        self.monitor: SystemMonitor | None = None  # the monitor of the current run
+        self.reader: Reader | None = None  # this run's reader of it
+        self._extra: list[Reader] = []  # more readers of this run (Keras: the epochs')
+        self._sink: JsonlSink | None = None
         self._names: dict[tuple[str, str], str | None] = {}
         self._produced: set[str] = set()  # every name ``named()`` has given out
         self._lock = threading.Lock()
@@ -151,7 +224,7 @@ class CallbackCore:
         # ddp_spawn pickles callbacks; a monitor holds locks and handles, so the copy
         # builds its own at start.
         state = self.__dict__.copy()
-        state["_unstarted"] = None
+        state["_unstarted"] = state["shared"] = None  # a shared monitor stays in its process
         state["_lock"] = None
         state["_cancel_watch"] = state["_cleanup"] = None
         return state
@@ -165,31 +238,82 @@ class CallbackCore:
         sample: bool = True,
         watch: FrameType | None = None,
         cleanup: Callable[[], None] | None = None,
+        run_dir: str | None = None,
     ) -> None:
-        """Start a run: a monitor where ``sample`` (one process per node).
+        """Start a run: sample where ``sample`` (one process per node).
 
         Args:
             sample: whether this process samples.
             watch: the frame of the framework's training call; when it leaves its
                 thread's stack without :meth:`stop` (the call raised), the run ends.
             cleanup: called once when the run ends, whichever way.
+            run_dir: the run's log directory, for ``run_file=True``.
 
         """
         self.stop()
         with self._lock:
             self._run += 1
             run = self._run
-            monitor, self._unstarted = self._unstarted, None
+            own, self._unstarted = self._unstarted, None
             self._cleanup = cleanup
             if sample:
-                self.monitor = (monitor or SystemMonitor(**self.monitor_options)).start()
-            elif monitor is not None:
-                monitor.stop()  # frees what its collectors opened
+                self._open(own, run_dir)
+            elif own is not None:
+                own.stop()  # frees what its collectors opened
             if watch is not None:
                 self._cancel_watch = _watch.watch(watch, lambda: self._end(run))
 
+    def _open(self, own: SystemMonitor | None, run_dir: str | None) -> None:
+        """Open the run's monitor, reader and run file (under the lock)."""
+        if self.shared is None:
+            monitor = (own or SystemMonitor(**self.monitor_options)).start()
+            self.reader = monitor.default_reader
+        else:
+            monitor = self.shared
+            if monitor._state == "stopped":
+                warnings.warn(
+                    "sysmetrics: the monitor given to the callback was stopped; this run "
+                    "logs no system metrics",
+                    SystemMetricsWarning,
+                    stacklevel=4,
+                )
+                return
+            self.reader = monitor.reader()
+            monitor.start()  # idempotent; the user stops it
+        self.monitor = monitor
+        path = self.run_file
+        if path is True:
+            path = os.path.join(run_dir or ".", RUN_FILE)
+        if path:
+            try:
+                if run_dir is not None:
+                    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                self._sink = JsonlSink(monitor, path)
+            except OSError as exc:
+                warnings.warn(
+                    f"sysmetrics: the run file cannot be written, training goes on without "
+                    f"it: {type(exc).__name__}: {quote(str(exc))}",
+                    SystemMetricsWarning,
+                    stacklevel=4,
+                )
+
+    def extra_reader(self) -> Reader | None:
+        """Another reader of this run's monitor, closed when the run ends; None if none."""
+        with self._lock:
+            if self.monitor is None:
+                return None
+            reader = self.monitor.reader()
+            self._extra.append(reader)
+            return reader
+
+    def set_step(self, step: int) -> None:
+        """Stamp the training step on the monitor's samples (for run files); cheap."""
+        monitor = self.monitor
+        if monitor is not None:
+            monitor.step = step
+
     def stop(self) -> None:
-        """End the run: stop the monitor if one runs, run the cleanup; idempotent."""
+        """End the run: readers, run file, the monitor it started, the cleanup; idempotent."""
         with self._lock:
             self._end_locked()
 
@@ -202,6 +326,9 @@ class CallbackCore:
         cancel, self._cancel_watch = self._cancel_watch, None
         cleanup, self._cleanup = self._cleanup, None
         monitor, self.monitor = self.monitor, None
+        readers = [self.reader, *self._extra]
+        self.reader, self._extra = None, []
+        sink, self._sink = self._sink, None
         if cancel is not None:
             cancel()
         try:
@@ -209,11 +336,19 @@ class CallbackCore:
                 cleanup()
         finally:
             if monitor is not None:
-                monitor.stop()
+                monitor.step = None  # samples after training belong to no step
+                if monitor is not self.shared:
+                    monitor.stop()  # its last sample reaches the run file
+            for reader in readers:
+                if reader is not None:
+                    reader.close()
+            if sink is not None:
+                sink.close()
 
-    def snapshot(self) -> dict[str, float]:
-        """The monitor's snapshot (starts a new window); empty where nothing samples."""
-        return self.monitor.snapshot() if self.monitor is not None else {}
+    def snapshot(self, reader: Reader | None = None) -> dict[str, float]:
+        """A new window of the run's reader (or ``reader``); empty where nothing samples."""
+        reader = reader or self.reader
+        return reader.snapshot() if reader is not None else {}
 
     def named(self, snapshot: dict[str, float], separator: str = "/") -> dict[str, float]:
         """``snapshot`` filtered by include/exclude, keys prefixed for one logger."""
@@ -234,9 +369,9 @@ class CallbackCore:
         produced = self._produced
         return {k: v for k, v in logs.items() if k not in produced}
 
-    def metrics(self, separator: str = "/") -> dict[str, float]:
+    def metrics(self, separator: str = "/", reader: Reader | None = None) -> dict[str, float]:
         """A new snapshot, filtered and prefixed: for frameworks with one log sink."""
-        return self.named(self.snapshot(), separator)
+        return self.named(self.snapshot(reader), separator)
 
     def _name(self, key: str, separator: str) -> str | None:
         if self.include and not any(fnmatch.fnmatchcase(key, p) for p in self.include):

@@ -7,41 +7,28 @@ import difflib
 import logging
 import math
 import numbers
-import operator
 import os
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Union
 
-from sysmetrics.collectors import Collector, host_collectors
-from sysmetrics.collectors.base import Aggregation, SystemMetricsWarning, quote
-from sysmetrics.collectors.nvidia import GpuId
-from sysmetrics.collectors.openmetrics import Filters
+from typing_extensions import Unpack
+
+from sysmetrics._checks import positive_int
+from sysmetrics.collectors.base import Collector, SystemMetricsWarning, quote
+from sysmetrics.collectors.defaults import OPTIONS, CollectorOptions, check_options, host_collectors
+from sysmetrics.reader import Reader, Sample, _Series
 
 log = logging.getLogger("sysmetrics")
 
 MIN_INTERVAL = 0.01
 MAX_INTERVAL = 3600.0
-PathLike = Union[str, "os.PathLike[str]"]
 
-
-_OPTIONS = (
-    "interval",
-    "disk_paths",
-    "track_process_tree",
-    "pid",
-    "gpu_ids",
-    "rocm_smi_path",
-    "open_metrics",
-    "open_metrics_filters",
-    "open_metrics_headers",
-    "open_metrics_max_series",
-    "collectors",
-)
+MONITOR_OPTIONS = ("interval", "collectors", "clock", *OPTIONS)
+"""Every keyword ``SystemMonitor`` takes."""
 
 
 def _check_interval(interval: object) -> float:
@@ -60,52 +47,24 @@ def _check_interval(interval: object) -> float:
     return value
 
 
-def positive_int(value: object) -> int | None:
-    """``value`` as an int if it is a positive integer (numpy's included, bool not)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        n = operator.index(value)  # type: ignore[arg-type]  # raises for non-integers
-    except TypeError:
-        return None
-    return n if n > 0 else None
+class Clock:
+    """The engine's time: a monotonic clock, the wall clock, and a wait a stop event ends.
 
-
-def one_or_many(value: object, one: type | tuple[type, ...]) -> list[object] | None:
-    """An option that takes "an item or a list of them", as a list; None if neither.
-
-    ``[value]`` if it is a ``one``, else the items of any iterable but bytes or a mapping.
+    Tests give the monitor a clock whose ``wait`` advances time instead of sleeping, so
+    the schedule is checked exactly and quickly.
     """
-    if isinstance(value, one):
-        return [value]
-    if isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)):
-        return list(value)
-    return None
 
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back."""
+        return time.monotonic()
 
-def _check_disk_paths(disk_paths: object) -> tuple[str, ...]:
-    items = one_or_many(disk_paths, (str, os.PathLike))
-    if items is None:
-        raise TypeError(
-            f"disk_paths={disk_paths!r} is invalid: use a path or a list of paths whose "
-            "filesystems to watch (an empty list for none)"
-        )
-    paths: list[str] = []
-    for item in items:
-        p = os.fspath(item) if isinstance(item, (str, os.PathLike)) else None
-        if not isinstance(p, str):
-            raise TypeError(
-                f"disk_paths contains {item!r}, which is not a path: each entry must be a "
-                "string or os.PathLike naming an existing path"
-            )
-        paths.append(p)
-    for p in paths:
-        if not os.path.exists(p):
-            raise ValueError(
-                f"disk_paths contains {p!r}, which does not exist: each entry must be an "
-                "existing path whose filesystem to watch"
-            )
-    return tuple(paths)
+    def time(self) -> float:
+        """Seconds since the Unix epoch."""
+        return time.time()
+
+    def wait(self, stop: threading.Event, seconds: float) -> bool:
+        """Wait ``seconds`` or until ``stop`` is set; whether it is set."""
+        return stop.wait(seconds)
 
 
 # Bounds of the engine (seconds unless said otherwise).
@@ -133,26 +92,11 @@ class _Misbehaved(Exception):
     """A collector returned something that is not ``{str: finite real number}``."""
 
 
-class _Window:
-    """One key's samples since the previous snapshot."""
-
-    __slots__ = ("count", "kind", "last", "max", "owner", "seen", "total")
-
-    def __init__(self, kind: Aggregation, owner: Collector) -> None:
-        self.kind = kind
-        self.owner = owner
-        self.total = 0.0
-        self.count = 0
-        self.max = -math.inf
-        self.last = 0.0
-        self.seen = 0  # the tick that last reported this key
-
-
 _KINDS = ("mean", "last", "peak")
 
 
 class SystemMonitor:
-    """Samples host (and accelerator) metrics on a background thread.
+    """Samples host (and accelerator) metrics on a background thread, for any number of readers.
 
     One daemon thread samples every ``interval`` seconds on a fixed monotonic schedule
     (tick ``k`` at ``start + k * interval``; a tick that is missed is skipped, never
@@ -162,36 +106,30 @@ class SystemMonitor:
     ``EXIT_BUDGET`` s for all running monitors together, and never samples itself. A
     process forked while the monitor runs (a DataLoader worker) does not inherit it.
 
+    Every sample reaches every open :class:`~sysmetrics.reader.Reader` (:meth:`reader`),
+    each with its own windows, so a callback, an exporter and a run file share one
+    sampler without taking samples from each other. :meth:`snapshot` reads the monitor's
+    own default reader; :meth:`latest` returns the latest sample without consuming it.
+
     Faults stay in the collector that made them: one that raises, returns something that
     is not ``{str: real number}``, or whose ``aggregation()`` fails is disabled with one
     :class:`SystemMetricsWarning` and its keys are dropped; non-finite values (NaN, inf)
     are dropped with a debug line; one whose ``sample()`` has not returned for
-    ``STUCK_AFTER`` s is noticed at the next :meth:`snapshot`, disabled with one warning,
-    and the others go on sampling on a new thread. A key no collector has reported for
+    ``STUCK_AFTER`` s is noticed at the next snapshot, disabled with one warning, and the
+    others go on sampling on a new thread. A key no collector has reported for
     ``FORGET_AFTER`` ticks is forgotten, so keys that come and go do not accumulate.
-
-    :meth:`snapshot` aggregates the samples since the previous snapshot: gauges are
-    averaged, cumulative counters give their latest value, and memory gauges get a
-    ``<key>.max`` companion with the window's peak. With no new sample since the previous
-    call it repeats the latest values. It does no I/O.
 
     Args:
         interval: seconds between samples, from 0.01 to 3600.
-        disk_paths: paths whose filesystems to report as ``disk.{path}.*``; each must exist.
-        track_process_tree: include the process's descendants in the process metrics.
-        pid: the process to watch; this one by default.
-        gpu_ids: NVIDIA GPUs to watch, as CUDA numbers them under ``CUDA_VISIBLE_DEVICES``
-            (indices) or UUIDs; all by default.
-        rocm_smi_path: the ``rocm-smi`` executable for AMD GPUs; found on PATH or in
-            /opt/rocm by default.
-        open_metrics: ``{name: url}`` of OpenMetrics/Prometheus endpoints to scrape into
-            ``openmetrics.{name}.{metric}.{index}`` (needs the ``[openmetrics]`` extra).
-        open_metrics_filters: regexes on ``"{name}.{metric}"``, or
-            ``{metric_regex: {label: label_regex}}``; all metrics by default.
-        open_metrics_headers: HTTP headers for those requests (sent to the configured
-            origin only, never to a redirect's other host).
-        open_metrics_max_series: series kept per endpoint and page (the first ones).
-        collectors: use these collectors instead of the default set.
+        collectors: use these collectors instead of the default set (then the default
+            set's options below may not be given).
+        clock: the engine's time (:class:`Clock`); for tests and simulations.
+        **options: the default collectors' options, each described in
+            ``sysmetrics.collectors.defaults.OPTIONS`` and the README: ``disk_paths``
+            (paths whose filesystems to report, ``("/",)``), ``track_process_tree``
+            (True), ``pid`` (this process), ``gpu_ids``, ``rocm_smi_path``,
+            ``open_metrics``, ``open_metrics_filters``, ``open_metrics_headers``,
+            ``open_metrics_max_series`` (10 000).
 
     Raises:
         TypeError, ValueError: an option is unknown or has an invalid value; the message
@@ -199,63 +137,41 @@ class SystemMonitor:
 
     """
 
+    step: int | None
+    """The current training step, stamped on each :class:`~sysmetrics.reader.Sample`;
+    callbacks set it, None where no one does."""
+
     def __init__(
         self,
         interval: float = 1.0,
-        disk_paths: PathLike | Iterable[PathLike] = ("/",),
-        track_process_tree: bool = True,
-        pid: int | None = None,
-        gpu_ids: Sequence[GpuId] | None = None,
-        rocm_smi_path: str | None = None,
-        open_metrics: Mapping[str, str] | None = None,
-        open_metrics_filters: Filters | None = None,
-        open_metrics_headers: Mapping[str, str] | None = None,
-        open_metrics_max_series: int = 10_000,
         collectors: Sequence[Collector] | None = None,
-        **unknown: object,
+        clock: Clock | None = None,
+        **options: Unpack[CollectorOptions],
     ) -> None:
+        unknown = sorted(k for k in options if k not in OPTIONS)
         if unknown:
-            name = sorted(unknown)[0]
-            close = difflib.get_close_matches(name, _OPTIONS, n=1)
+            name = unknown[0]
+            close = difflib.get_close_matches(name, MONITOR_OPTIONS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(
                 f"SystemMonitor got an unknown option {name!r}{hint}; "
-                f"the options are: {', '.join(_OPTIONS)}"
+                f"the options are: {', '.join(MONITOR_OPTIONS)}"
             )
         self.interval = _check_interval(interval)
-        self.disk_paths = _check_disk_paths(disk_paths)
-        if not isinstance(track_process_tree, bool):
-            raise TypeError(
-                f"track_process_tree={track_process_tree!r} is invalid: use True or False"
-            )
-        self.track_process_tree = track_process_tree
-        if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
-            raise ValueError(f"pid={pid!r} is invalid: it must be a positive process id")
-        if pid is not None:
-            import psutil
-
-            if not psutil.pid_exists(pid):
-                raise ValueError(f"pid={pid!r} is invalid: no such process")
-        self.pid = os.getpid() if pid is None else pid
-        max_series = positive_int(open_metrics_max_series)
-        if max_series is None:
-            raise ValueError(
-                f"open_metrics_max_series={open_metrics_max_series!r} is invalid: it must be "
-                "a positive integer (series kept per endpoint)"
-            )
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock={clock!r} is invalid: use a sysmetrics.monitor.Clock")
+        self._clock = clock or Clock()
         if collectors is None:
-            self._collectors: list[Collector] = host_collectors(
-                self.pid,
-                self.disk_paths,
-                self.track_process_tree,
-                gpu_ids=gpu_ids,
-                rocm_smi_path=rocm_smi_path,
-                open_metrics=open_metrics,
-                open_metrics_filters=open_metrics_filters,
-                open_metrics_headers=open_metrics_headers,
-                open_metrics_max_series=max_series,
-            )
+            self.options = check_options(options)
+            self._collectors: list[Collector] = host_collectors(**options)
         else:
+            if options:
+                raise TypeError(
+                    f"SystemMonitor got {', '.join(sorted(options))} with collectors=: "
+                    "those options configure the default collectors, which collectors= "
+                    "replaces; configure your collectors instead"
+                )
+            self.options = check_options({})
             for c in collectors:
                 if not isinstance(c, Collector):
                     raise TypeError(
@@ -263,7 +179,10 @@ class SystemMonitor:
                         "(it needs name, sample(), aggregation() and close())"
                     )
             self._collectors = list(collectors)
-        self._windows: dict[str, _Window] = {}
+        self.pid: int = self.options["pid"] or os.getpid()
+        self.step = None
+        self._series: dict[str, _Series] = {}
+        self._readers: list[weakref.ref[Reader]] = []
         self._tick = 0
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
@@ -272,6 +191,7 @@ class SystemMonitor:
         self._generation = 0  # bumped when a stuck thread is left behind
         self._busy: tuple[Collector, float] | None = None  # in sample() since (monotonic)
         self._state = "new"  # new -> running -> stopped
+        self._default = self.reader()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -302,7 +222,7 @@ class SystemMonitor:
         self._state = "running"
         _live.add(self)
         try:
-            self._spawn(time.monotonic(), 0)
+            self._spawn(self._clock.monotonic(), first=True)
         except BaseException:
             self._state = "stopped"
             _live.discard(self)
@@ -352,31 +272,36 @@ class SystemMonitor:
     ) -> None:
         self.stop()
 
-    def _spawn(self, start: float, tick: int) -> None:
-        """Start a sampling thread for the schedule ``start + k * interval`` from ``tick``."""
+    def _spawn(self, start: float, first: bool) -> None:
+        """Start a sampling thread on the schedule ``start + k * interval``.
+
+        With ``first`` it samples at once (tick 0), else from tick 1.
+        """
         thread = threading.Thread(
             target=self._run,
-            args=(self._generation, start, tick),
+            args=(self._generation, start, first),
             name="sysmetrics-monitor",
             daemon=True,
         )
         self._thread = thread
         thread.start()
 
-    def _run(self, generation: int, start: float, k: int) -> None:
+    def _run(self, generation: int, start: float, first: bool) -> None:
         """The sampling thread: tick ``k`` at ``start + k * interval`` until stopped."""
-        interval = self.interval
+        interval, clock, stop = self.interval, self._clock, self._stop_event
+        k = 0  # the latest tick of the schedule
         try:
-            if k == 0:
+            if first:
                 self._sample_once(generation)
                 self._first.set()
-                k = 1
-            while not self._stop_event.wait(max(0.0, start + k * interval - time.monotonic())):
+            while True:
+                # The next tick of the schedule still ahead: overrun ticks are skipped.
+                k = max(k + 1, math.floor((clock.monotonic() - start) / interval) + 1)
+                if clock.wait(stop, max(0.0, start + k * interval - clock.monotonic())):
+                    break
                 if generation != self._generation:
                     return  # left behind while stuck; a newer thread samples
                 self._sample_once(generation)
-                # The next tick of the schedule still ahead: overrun ticks are skipped.
-                k = max(k + 1, math.floor((time.monotonic() - start) / interval) + 1)
             if generation == self._generation:
                 self._sample_once(generation)  # the last sample
                 for c in list(self._collectors):
@@ -405,13 +330,14 @@ class SystemMonitor:
     # -- sampling ------------------------------------------------------------------
 
     def _sample_once(self, generation: int | None = None) -> None:
-        """Sample every collector and fold the values in (on the sampling thread)."""
+        """Sample every collector and fold the values into every reader (sampling thread)."""
         if generation is None:
             generation = self._generation
-        results: list[tuple[Collector, object]] = []
+        clock = self._clock
+        results: list[tuple[Collector, list[tuple[str, float]]]] = []
         failed: list[tuple[Collector, str]] = []
         for c in list(self._collectors):
-            self._busy = (c, time.monotonic())
+            self._busy = (c, clock.monotonic())
             try:
                 values: object = c.sample()
             except BaseException as exc:  # KeyboardInterrupt from a collector included
@@ -421,82 +347,111 @@ class SystemMonitor:
                 self._busy = None
             if generation != self._generation:
                 return  # this thread was left behind while ``c`` was stuck
-            results.append((c, values))
+            try:
+                results.append((c, _checked(c, values)))
+            except _Misbehaved as exc:
+                failed.append((c, f"{exc}; it is disabled, the others go on"))
         with self._lock:
             if generation != self._generation:
                 return
             self._tick += 1
-            tick, windows = self._tick, self._windows
-            for c, values in results:
+            tick = self._tick
+            readers = self._live_readers()
+            windowed = [r for r in readers if r._buffer is None]
+            stored: list[tuple[str, float]] = []
+            for c, checked in results:
                 try:
-                    self._store(c, values, tick, windows)
+                    self._store(c, checked, tick, windowed)
                 except _Misbehaved as exc:
                     failed.append((c, f"{exc}; it is disabled, the others go on"))
+                else:
+                    stored.extend(checked)
+            buffering = [r for r in readers if r._buffer is not None]
+            if buffering:
+                sample = Sample(clock.time(), clock.monotonic(), self.step, dict(stored))
+                for r in buffering:
+                    r._push(sample)
             if tick % _SWEEP_EVERY == 0:
-                self._forget(tick)
+                self._forget(tick, readers)
         for c, why in failed:
             self._disable(c, why)
 
-    @staticmethod
-    def _store(c: Collector, values: object, tick: int, windows: dict[str, _Window]) -> None:
-        """Fold one collector's sample into the windows; raise ``_Misbehaved`` on junk.
+    def _live_readers(self) -> list[Reader]:
+        """The open readers (under the lock); references to dropped ones are pruned."""
+        readers = [r for r in (ref() for ref in self._readers) if r is not None]
+        if len(readers) != len(self._readers):
+            self._readers = [weakref.ref(r) for r in readers]
+        return readers
 
-        Values are checked before any is stored, so a bad sample stores nothing.
+    def _store(
+        self, c: Collector, checked: list[tuple[str, float]], tick: int, readers: list[Reader]
+    ) -> None:
+        """Fold one collector's checked values into the series and the windowed readers.
+
+        Under the lock. A key new to the monitor (or now reported by another collector)
+        asks its collector's ``aggregation()`` first, for all keys, so a failing one
+        stores nothing.
         """
-        if not isinstance(values, Mapping):
-            raise _Misbehaved(f"returned {_short(values)}, not a mapping of key to number")
-        checked: list[tuple[str, float]] = []
-        for key, value in values.items():
-            if not isinstance(key, str):
-                raise _Misbehaved(f"returned the key {_short(key)}, not a string")
-            if type(value) is float:
-                v = value
-            elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-                try:
-                    v = float(value)
-                except (OverflowError, ValueError, TypeError):
-                    v = math.inf  # an int above 1e308
-            else:
-                raise _Misbehaved(f"returned {key}={_short(value)}, not a real number")
-            if math.isfinite(v):
-                checked.append((key, v))
-            else:
-                log.debug("sysmetrics: %s=%s from %r dropped", key, _short(value), c.name)
-        for key, v in checked:
-            w = windows.get(key)
-            if w is None or w.owner is not c:
+        series = self._series
+        new: dict[str, _Series] = {}
+        for key, _ in checked:
+            s = series.get(key)
+            if s is None or s.owner is not c:
                 try:
                     kind = c.aggregation(key)
                 except Exception as exc:
                     raise _Misbehaved(f"aggregation({key!r}) failed: {_name(exc)}") from None
                 if kind not in _KINDS:
                     raise _Misbehaved(f"aggregation({key!r}) returned {_short(kind)}")
-                w = windows[key] = _Window(kind, c)
-            w.total += v
-            w.count += 1
-            w.last = v
-            w.seen = tick
-            if v > w.max:
-                w.max = v
+                new[key] = _Series(kind, c)
+        for key, s in new.items():
+            series[key] = s
+            for r in readers:
+                r._acc.pop(key, None)  # a window of another collector's values
+        for key, v in checked:
+            s = series[key]
+            s.last = v
+            s.seen = tick
+        for r in readers:  # the hot loop: each reader's window of each key
+            acc = r._acc
+            for key, v in checked:
+                a = acc.get(key)
+                if a is None:
+                    acc[key] = [v, 1.0, v]
+                else:
+                    a[0] += v
+                    a[1] += 1.0
+                    if v > a[2]:
+                        a[2] = v
 
-    def _forget(self, tick: int) -> None:
-        """Drop the windows of keys no collector reports any more (under the lock)."""
-        windows = self._windows
-        stale = [
-            key
-            for key, w in windows.items()
-            if tick - w.seen > (FORGET_UNREAD_AFTER if w.count else FORGET_AFTER)
-        ]
-        for key in stale:
-            del windows[key]
+    def _forget(self, tick: int, readers: list[Reader]) -> None:
+        """Drop keys no collector reports any more (under the lock).
+
+        A key some reader has samples of that it has not read yet is kept longer
+        (``FORGET_UNREAD_AFTER`` ticks), so a reader that reads rarely (once an epoch)
+        still gets the key's window.
+        """
+        for key, s in list(self._series.items()):
+            age = tick - s.seen
+            if age <= FORGET_AFTER:
+                continue
+            if age <= FORGET_UNREAD_AFTER and any(key in r._acc for r in readers):
+                continue
+            self._drop_key(key, readers)
+
+    def _drop_key(self, key: str, readers: list[Reader]) -> None:
+        del self._series[key]
+        for r in readers:
+            r._acc.pop(key, None)
 
     def _drop_locked(self, collector: Collector) -> bool:
         """Take ``collector`` and its keys out (under the lock); False if already out."""
         if collector not in self._collectors:
             return False
         self._collectors.remove(collector)
-        for key in [k for k, w in self._windows.items() if w.owner is collector]:
-            del self._windows[key]
+        readers = self._live_readers()
+        for key in [k for k, s in self._series.items() if s.owner is collector]:
+            self._drop_key(key, readers)
         return True
 
     def _disable(self, collector: Collector, why: str) -> None:
@@ -513,7 +468,8 @@ class SystemMonitor:
     def _check_stuck(self) -> None:
         """Leave a collector stuck in ``sample()`` behind and go on without it."""
         busy = self._busy
-        if busy is None or time.monotonic() - busy[1] < STUCK_AFTER or self._state != "running":
+        now = self._clock.monotonic()
+        if busy is None or now - busy[1] < STUCK_AFTER or self._state != "running":
             return
         collector = busy[0]
         with self._lock:
@@ -526,9 +482,9 @@ class SystemMonitor:
             f"sysmetrics: collector {collector.name!r} has not returned from sample() for "
             f"{STUCK_AFTER:g} s; it is disabled (its thread is left behind), the others go on",
             SystemMetricsWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-        self._spawn(time.monotonic(), 1)
+        self._spawn(self._clock.monotonic(), first=False)
 
     @staticmethod
     def _close(collector: Collector) -> None:
@@ -537,31 +493,114 @@ class SystemMonitor:
         except Exception:
             log.debug("sysmetrics: closing collector %r failed", collector.name, exc_info=True)
 
+    # -- reading -------------------------------------------------------------------
+
+    def reader(self, buffer: int = 0) -> Reader:
+        """A new reader with its own windows (or samples), from the next sample on.
+
+        Args:
+            buffer: 0 for a reader of windows (``Reader.snapshot()``); n > 0 for one that
+                keeps every sample instead, the last n not taken yet, for
+                ``Reader.samples()`` (sinks that write every sample).
+
+        Raises:
+            ValueError: ``buffer`` is not a non-negative integer.
+
+        """
+        if buffer != 0 and positive_int(buffer) is None:
+            raise ValueError(
+                f"buffer={buffer!r} is invalid: use 0 (windows only) or a positive number of "
+                "samples to keep"
+            )
+        r = Reader(self, int(buffer))
+        with self._lock:
+            self._readers.append(weakref.ref(r))
+        return r
+
+    @property
+    def default_reader(self) -> Reader:
+        """The reader :meth:`snapshot` reads."""
+        return self._default
+
     def snapshot(self) -> dict[str, float]:
-        """Aggregate of the samples since the previous call; cheap, no I/O.
+        """The monitor's default reader's snapshot: the samples since the previous call.
 
         Returns:
             ``{key: value}``: the mean of gauges, the latest value of cumulative counters,
             and ``<key>.max`` for memory gauges. Keys whose collector reported nothing in
             the window repeat their latest value while their collector still reports
             them; keys of a disabled collector are dropped. Empty before ``start()``.
+            Cheap, no I/O. Other readers' windows are not affected.
 
         """
+        return self._read(self._default)
+
+    def latest(self) -> dict[str, float]:
+        """The most recent sample ``{key: value}``, without starting a window; cheap, no I/O.
+
+        Empty before the first sample. For scrape-style sinks (a Prometheus endpoint).
+        """
         self._check_stuck()
-        out: dict[str, float] = {}
         with self._lock:
             tick = self._tick
-            for key, w in self._windows.items():
-                if w.count == 0 and w.seen != tick:
-                    continue
-                if w.kind == "last" or w.count == 0:
-                    out[key] = w.last
-                else:
-                    out[key] = w.total / w.count
-                if w.kind == "peak":
-                    out[key + ".max"] = w.max if w.count else w.last
-                w.total, w.count, w.max = 0.0, 0, -math.inf
-        return out
+            return {key: s.last for key, s in self._series.items() if s.seen == tick}
+
+    def _read(self, reader: Reader) -> dict[str, float]:
+        if reader._buffer is not None:
+            raise RuntimeError(
+                "this reader keeps samples (buffer>0), not windows: use samples(), or "
+                "monitor.reader() for windows"
+            )
+        self._check_stuck()
+        with self._lock:
+            if reader.closed:
+                return {}
+            return reader._aggregate(self._series, self._tick)
+
+    def _take(self, reader: Reader) -> list[Sample]:
+        with self._lock:
+            buffer = reader._buffer
+            if buffer is None:
+                return []
+            reader._new.clear()
+            taken = list(buffer)
+            buffer.clear()
+            return taken
+
+    def _detach(self, reader: Reader) -> None:
+        with self._lock:
+            reader.closed = True
+            reader._acc = {}
+            self._readers = [ref for ref in self._readers if ref() not in (reader, None)]
+        reader._new.set()  # wake a sink waiting on it
+
+
+def _checked(c: Collector, values: object) -> list[tuple[str, float]]:
+    """``values`` as ``[(key, finite float)]``; raise ``_Misbehaved`` on junk.
+
+    Values are checked before any is stored, so a bad sample stores nothing; non-finite
+    ones are dropped with a debug line.
+    """
+    if not isinstance(values, Mapping):
+        raise _Misbehaved(f"returned {_short(values)}, not a mapping of key to number")
+    checked: list[tuple[str, float]] = []
+    for key, value in values.items():
+        if not isinstance(key, str):
+            raise _Misbehaved(f"returned the key {_short(key)}, not a string")
+        if type(value) is float:
+            v = value
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+            try:
+                v = float(value)
+            except (OverflowError, ValueError, TypeError):
+                v = math.inf  # an int above 1e308
+        else:
+            raise _Misbehaved(f"returned {key}={_short(value)}, not a real number")
+        if math.isfinite(v):
+            checked.append((key, v))
+        else:
+            log.debug("sysmetrics: %s=%s from %r dropped", key, _short(value), c.name)
+    return checked
 
 
 _live: weakref.WeakSet[SystemMonitor] = weakref.WeakSet()

@@ -33,7 +33,7 @@ def source(request: pytest.FixtureRequest) -> HostSource:
 def monitor(source: HostSource, interval: float = 0.1, **kw: object) -> SystemMonitor:
     track = bool(kw.pop("track_process_tree", True))
     paths = kw.pop("disk_paths", ("/",))
-    collectors = host_collectors(os.getpid(), paths, track, source)  # type: ignore[arg-type]
+    collectors = host_collectors(source=source, disk_paths=paths, track_process_tree=track)
     return SystemMonitor(interval=interval, collectors=collectors, **kw)
 
 

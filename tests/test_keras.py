@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,9 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 keras = pytest.importorskip("keras", reason="needs the [keras] extra")
 np = pytest.importorskip("numpy")
 
+from sysmetrics import SystemMonitor  # noqa: E402
 from sysmetrics.integrations.keras import SystemMetricsCallback  # noqa: E402
+from tests.conftest import ScriptedCollector  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
 
 
@@ -73,6 +77,54 @@ def test_batch_level_logging_when_asked(tmp_path: Path) -> None:
     assert len(seen) == 8  # 4 batches x 2 epochs
     assert ["system/cpu" in logs for logs in seen] == [False, True] * 4
     assert len(history.history["system/cpu"]) == 2
+
+
+def test_epoch_values_cover_the_whole_epoch_beside_batch_points() -> None:
+    """Regression: batch snapshots reset the one window, so the epoch values in History
+    covered only the time since the last batch, and the epoch's peak was lost."""
+    x, y = data()
+    c = ScriptedCollector({"gauge": 0.0, "peak": 0.0})
+    script = [[(10.0, 100.0), (20.0, 900.0), (30.0, 300.0), (40.0, 100.0)],
+              [(1.0, 5.0), (2.0, 6.0), (3.0, 7.0), (6.0, 8.0)]]  # fmt: skip
+    fed = [1]  # start() took the first sample
+
+    def feed(epoch: int, batch: int) -> None:
+        gauge, peak = script[epoch][batch]
+        c.feed({"gauge": gauge, "peak": peak})
+        fed[0] += 1
+        c.wait_entered(fed[0] + 1)  # stored before training goes on
+
+    epoch = [0]
+    feeder = keras.callbacks.LambdaCallback(
+        on_epoch_begin=lambda e, logs: epoch.__setitem__(0, e),
+        on_train_batch_end=lambda b, logs: feed(epoch[0], b),
+    )
+    cb = SystemMetricsCallback(interval=0.01, logging_interval="step", collectors=[c])
+    try:
+        history = model().fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb, feeder])
+    finally:
+        c.release()
+    h = history.history
+    assert h["system/gauge"] == [25.0, 3.0]  # the means of each epoch's four samples
+    assert h["system/peak"] == [350.0, 6.5]
+    assert h["system/peak.max"] == [900.0, 8.0]  # the peak a batch point took, kept
+
+
+def test_a_shared_monitor_feeds_the_callback_and_a_run_file(tmp_path: Path) -> None:
+    x, y = data()
+    run_file = tmp_path / "run.jsonl"
+    slow = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: time.sleep(0.03))
+    with SystemMonitor(interval=0.01) as monitor:
+        cb = SystemMetricsCallback(monitor=monitor, run_file=run_file, logging_interval="step")
+        history = model().fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb, slow])
+        assert monitor.step is None  # training is over: later samples have no step
+        assert sampler_threads() == ["sysmetrics-monitor"]  # one sampler for everything
+        assert monitor.running  # the callback did not start it, so it does not stop it
+        assert len(history.history["system/cpu"]) == 2
+    lines = [json.loads(x) for x in run_file.read_text().splitlines()]
+    assert lines and all("cpu" in x["metrics"] for x in lines)
+    steps = [x["step"] for x in lines if x["step"] is not None]
+    assert set(steps) <= set(range(1, 9)) and len(set(steps)) >= 4  # batches of this fit, from 1
 
 
 def sampler_threads() -> list[str]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import json
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException  # n
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
+from sysmetrics import SystemMonitor  # noqa: E402
 from sysmetrics.integrations.lightning import SystemMetricsCallback  # noqa: E402
 
 
@@ -57,8 +60,9 @@ def fit(tmp_path: Path, callback: SystemMetricsCallback, epochs: int = 2, **kw: 
     csv_logger = CSVLogger(tmp_path, name="csv")
     tb_logger = TensorBoardLogger(tmp_path, name="tb")
     kw.setdefault("devices", 1)
+    others = kw.pop("callbacks", [])
     trainer = pl.Trainer(
-        max_epochs=epochs, logger=[csv_logger, tb_logger], callbacks=[callback],
+        max_epochs=epochs, logger=[csv_logger, tb_logger], callbacks=[callback, *others],
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         accelerator="cpu", **kw,
     )  # fmt: skip
@@ -157,6 +161,65 @@ def test_no_logger_is_a_clear_error_at_setup(tmp_path: Path) -> None:
 def test_bad_options_fail_at_construction(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises((TypeError, ValueError), match=match):
         SystemMetricsCallback(**kwargs)
+
+
+def run_file_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_run_file_beside_the_logs_on_the_logged_step_axis(tmp_path: Path) -> None:
+    model = TinyModel(sleep=0.02)
+    fit(tmp_path, SystemMetricsCallback(interval=0.02, run_file=True), model=model)
+    lines = run_file_lines(tmp_path / "csv/version_0/system_metrics.jsonl")  # trainer.log_dir
+    steps = [x["step"] for x in lines]
+    assert len(lines) > 10 and all("cpu" in x["metrics"] for x in lines)
+    # 16 steps logged at 0..15: samples carry the step being trained (None before the first).
+    assert {s for s in steps if s is not None} <= set(range(16))
+    assert len({s for s in steps if s is not None}) >= 8
+    known = [s for s in steps if s is not None]
+    assert known == sorted(known)
+
+
+def test_a_shared_monitor_is_read_not_stopped(tmp_path: Path) -> None:
+    monitor = SystemMonitor(interval=0.05)
+    try:
+        cb = SystemMetricsCallback(monitor=monitor, log_every_n_steps=4)
+        fit(tmp_path, cb)
+        assert monitor.running  # started by the callback (it was not), never stopped by it
+        other = monitor.reader()
+        fit(tmp_path / "again", SystemMetricsCallback(monitor=monitor, log_every_n_steps=4))
+        assert other.snapshot()["cpu"] >= 0  # its own window, untouched by the callbacks
+    finally:
+        monitor.stop()
+    assert steps_with(csv_rows(tmp_path), "system/cpu") == [3, 7, 11, 15]
+
+
+class Scrapes(pl.Callback):
+    """Scrapes the exporter once mid-training and counts the sampling threads then."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.page = ""
+        self.samplers = 0
+
+    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        if trainer.global_step == 8:
+            with urllib.request.urlopen(self.url, timeout=10) as response:
+                self.page = response.read().decode()
+            self.samplers = sum(t.name == "sysmetrics-monitor" for t in threading.enumerate())
+
+
+def test_a_callback_and_an_exporter_share_one_sampler(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client", reason="needs the [prometheus] extra")
+    from sysmetrics.sinks import PrometheusExporter
+
+    with SystemMonitor(interval=0.05) as monitor, PrometheusExporter(monitor, port=0) as ex:
+        scrapes = Scrapes(ex.url)
+        fit(tmp_path, SystemMetricsCallback(monitor=monitor, log_every_n_steps=4),
+            callbacks=[scrapes])  # fmt: skip
+    assert scrapes.samplers == 1  # one sampling thread for the callback and the exporter
+    assert "sysmetrics_process_memory_rss_bytes{" in scrapes.page
+    assert steps_with(csv_rows(tmp_path), "system/cpu") == [3, 7, 11, 15]
 
 
 class RecordingCallback(SystemMetricsCallback):

@@ -17,6 +17,7 @@ import pytest
 import sysmetrics.monitor as sysmetrics_monitor
 from sysmetrics import BaseCollector, SystemMetricsWarning, SystemMonitor
 from sysmetrics.collectors.base import BackgroundCollector
+from sysmetrics.monitor import Clock
 from tests.conftest import ScriptedCollector
 from tests.polling import wait_for
 
@@ -57,43 +58,85 @@ class FailingCollector(BaseCollector):
         self.closed = True
 
 
-def grid_residuals(times: list[float], interval: float) -> list[float]:
-    """Distance of each sample from the schedule start + k * interval, in intervals."""
-    t0 = times[0]
-    out = []
-    for t in times[1:]:
-        k = (t - t0) / interval
-        out.append(abs(k - round(k)))
-    return out
+class FakeClock(Clock):
+    """The engine's clock without sleeping: ``wait`` jumps to its deadline.
+
+    It models time as the schedule sees it: a sample that costs ``cost`` seconds moves
+    the clock on by that much (``TimestampCollector`` advances it), and after ``ticks``
+    waits the clock reports a stop, as ``stop()`` would.
+    """
+
+    def __init__(self, ticks: int) -> None:
+        self.now = 1000.0
+        self.left = ticks
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return 1_700_000_000.0 + self.now
+
+    def wait(self, stop: threading.Event, seconds: float) -> bool:
+        if self.left == 0:
+            return True
+        self.left -= 1
+        self.now += seconds
+        return False
+
+
+class ClockedCollector(BaseCollector):
+    """Records the fake clock's time at each sample and moves it on by ``cost``."""
+
+    name = "clocked"
+
+    def __init__(self, clock: FakeClock, cost: float) -> None:
+        self.clock, self.cost = clock, cost
+        self.times: list[float] = []
+        self.closed = False
+
+    def sample(self) -> dict[str, float]:
+        self.times.append(self.clock.now - 1000.0)
+        self.clock.now += self.cost
+        return {"n": float(len(self.times))}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def run_schedule(interval: float, cost: float, ticks: int) -> list[float]:
+    """The sample times (from the start) of a monitor on a fake clock, last sample excluded."""
+    clock = FakeClock(ticks)
+    c = ClockedCollector(clock, cost)
+    m = SystemMonitor(interval=interval, collectors=[c], clock=clock).start()
+    wait_for(lambda: c.closed)  # the thread took its last sample and closed it
+    m.stop()
+    return c.times[:-1]
 
 
 # -- schedule ------------------------------------------------------------------------
 
 
 def test_schedule_does_not_drift_when_sampling_takes_time() -> None:
-    interval, cost = 0.05, 0.02
-    c = TimestampCollector(cost=cost)
-    with SystemMonitor(interval=interval, collectors=[c]):
-        time.sleep(1.0)
-    times = c.times[:-1]  # the last one is the sample taken by stop()
-    # A "sample, then sleep(interval)" loop would run every 0.07 s: ~14 samples, off-grid.
-    assert len(times) >= 0.8 * (1.0 / interval)
-    residuals = sorted(grid_residuals(times, interval))
-    assert residuals[len(residuals) // 2] < 0.1, residuals
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    assert sum(gaps) / len(gaps) == pytest.approx(interval, rel=0.15)
+    # A "sample, then sleep(interval)" loop would sample every 0.07 s and drift off the grid.
+    times = run_schedule(interval=0.05, cost=0.02, ticks=20)
+    assert times == pytest.approx([k * 0.05 for k in range(21)])
 
 
 def test_overrunning_samples_skip_ticks_instead_of_bunching() -> None:
-    interval, cost = 0.05, 0.12
+    # Each sample takes 2.4 intervals: the ticks it overran are skipped, never squeezed in.
+    times = run_schedule(interval=0.05, cost=0.12, ticks=10)
+    assert times == pytest.approx([k * 0.15 for k in range(11)])
+
+
+def test_the_schedule_holds_on_a_real_clock() -> None:
+    """The same schedule on the real clock: samples land on the grid, on average."""
+    interval, cost = 0.05, 0.02
     c = TimestampCollector(cost=cost)
     with SystemMonitor(interval=interval, collectors=[c]):
-        time.sleep(1.0)
+        time.sleep(0.6)
     times = c.times[:-1]
     gaps = [b - a for a, b in zip(times, times[1:])]
-    assert min(gaps) >= cost  # no catch-up burst
-    residuals = sorted(grid_residuals(times, interval))
-    assert residuals[len(residuals) // 2] < 0.15, residuals  # still on the grid
+    assert sum(gaps) / len(gaps) == pytest.approx(interval, rel=0.2)
 
 
 def test_start_takes_the_first_sample_before_returning() -> None:
@@ -353,7 +396,7 @@ def test_bad_collector_and_pid_are_rejected() -> None:
 
 def test_single_disk_path_string_is_accepted(tmp_path: os.PathLike[str]) -> None:
     m = SystemMonitor(disk_paths=tmp_path)
-    assert m.disk_paths == (os.fspath(tmp_path),)
+    assert m.options["disk_paths"] == (os.fspath(tmp_path),)
 
 
 # -- faults stay contained --------------------------------------------------------------
@@ -633,7 +676,7 @@ def test_keys_that_stop_being_reported_are_forgotten() -> None:
             time.sleep(0.05)
             snap = m.snapshot()
             assert len(snap) <= 50 * 6  # the keys of this window, not of every window
-            sizes.append(len(m._windows))
+            sizes.append(len(m._series))
         assert c.calls > 100
     finally:
         m.stop()

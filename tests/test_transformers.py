@@ -3,6 +3,7 @@ and ``state.log_history``. Nothing is downloaded."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,16 @@ def test_step_metrics_reach_tensorboard_and_log_history(tmp_path: Path) -> None:
     assert tags["train/system/memory"] == loss_steps
     rss = [h["system/proc.memory.rssMB"] for h in trainer.state.log_history if "loss" in h]
     assert all(50 < v < 10000 for v in rss)
+
+
+def test_run_file_in_the_logging_dir_on_the_logged_step_axis(tmp_path: Path) -> None:
+    trainer = train(tmp_path, SystemMetricsCallback(interval=0.02, run_file=True))
+    (path,) = tmp_path.glob("out/**/system_metrics.jsonl")
+    assert str(path.parent) == (getattr(trainer.args, "logging_dir", None) or str(tmp_path / "out"))
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    steps = [x["step"] for x in lines if x["step"] is not None]
+    assert lines and all("cpu" in x["metrics"] for x in lines)
+    assert steps == sorted(steps) and set(steps) <= set(range(1, trainer.state.global_step + 1))
 
 
 def test_epoch_strategy(tmp_path: Path) -> None:

@@ -1,0 +1,150 @@
+"""One sampler, many readers: each reader's windows, latest(), buffered samples, costs."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+import sysmetrics.monitor as sysmetrics_monitor
+from sysmetrics import SystemMonitor
+from sysmetrics.collectors.defaults import OPTIONS, CollectorOptions
+from tests.conftest import ScriptedCollector
+
+
+def fed(c: ScriptedCollector, entered: int, *samples: dict[str, float]) -> None:
+    """Feed ``samples`` and wait until all are stored (``sample()`` entered once more)."""
+    c.feed(*samples)
+    c.wait_entered(entered)
+
+
+def test_two_readers_at_different_cadences_get_exact_windows() -> None:
+    c = ScriptedCollector({"gauge": 0.0, "counter": 0.0, "peak": 0.0})
+    m = SystemMonitor(interval=0.01, collectors=[c]).start()
+    try:
+        fast, slow = m.reader(), m.reader()  # from the next sample on
+        fed(c, 4, *({"gauge": g, "counter": g, "peak": p} for g, p in [(1, 50), (2, 900), (3, 10)]))
+        assert fast.snapshot() == {"gauge": 2.0, "counter": 3.0, "peak": 320.0, "peak.max": 900.0}
+        fed(c, 6, *({"gauge": g, "counter": g, "peak": 20.0} for g in (4.0, 5.0)))
+        assert fast.snapshot() == {"gauge": 4.5, "counter": 5.0, "peak": 20.0, "peak.max": 20.0}
+        # The slow reader's window holds all five samples, the peak the fast one took included.
+        assert slow.snapshot() == {"gauge": 3.0, "counter": 5.0, "peak": 200.0, "peak.max": 900.0}
+        # The default reader (monitor.snapshot) has its own window, since start.
+        assert m.snapshot() == {"gauge": 2.5, "counter": 5.0, "peak": 500 / 3, "peak.max": 900.0}
+        # With no new sample each repeats the latest values.
+        repeat = {"gauge": 5.0, "counter": 5.0, "peak": 20.0, "peak.max": 20.0}
+        assert fast.snapshot() == slow.snapshot() == m.snapshot() == repeat
+    finally:
+        c.release()
+        m.stop()
+
+
+def test_latest_returns_the_last_sample_without_consuming_a_window() -> None:
+    c = ScriptedCollector({"gauge": 1.0, "peak": 1.0})
+    m = SystemMonitor(interval=0.01, collectors=[c])
+    assert m.latest() == {}
+    m.start()
+    try:
+        fed(c, 3, {"gauge": 3.0, "peak": 7.0}, {"gauge": 5.0, "peak": 2.0})
+        assert m.latest() == {"gauge": 5.0, "peak": 2.0}  # no .max: a sample, not a window
+        assert m.latest() == {"gauge": 5.0, "peak": 2.0}
+        assert m.snapshot() == {"gauge": 3.0, "peak": 10 / 3, "peak.max": 7.0}
+    finally:
+        c.release()
+        m.stop()
+
+
+def test_a_buffering_reader_gets_every_sample_with_the_step() -> None:
+    c = ScriptedCollector({"gauge": 0.0})
+    m = SystemMonitor(interval=0.01, collectors=[c]).start()
+    try:
+        r = m.reader(buffer=3)
+        assert r.samples() == []
+        m.step = 7
+        fed(c, 3, {"gauge": 1.0}, {"gauge": 2.0})
+        assert r.wait(0)
+        got = r.samples()
+        assert [(s.step, s.values) for s in got] == [(7, {"gauge": 1.0}), (7, {"gauge": 2.0})]
+        assert got[0].monotonic <= got[1].monotonic and got[0].time > 1e9
+        assert not r.wait(0)  # taken
+        # A consumer that stalls loses the oldest samples, counted; sampling goes on.
+        m.step = None
+        fed(c, 8, *({"gauge": float(g)} for g in range(3, 8)))
+        assert [s.values["gauge"] for s in r.samples()] == [5.0, 6.0, 7.0]
+        assert r.dropped == 2
+        with pytest.raises(RuntimeError, match="keeps samples"):
+            r.snapshot()
+    finally:
+        c.release()
+        m.stop()
+
+
+def test_a_closed_or_dropped_reader_costs_nothing() -> None:
+    c = ScriptedCollector({"gauge": 0.0})
+    m = SystemMonitor(interval=0.01, collectors=[c]).start()
+    try:
+        kept, closed, dropped = m.reader(), m.reader(buffer=10), m.reader()
+        woke = threading.Thread(target=closed.wait)
+        woke.start()
+        closed.close()
+        closed.close()  # idempotent
+        woke.join(5)
+        assert not woke.is_alive()  # a sink waiting on it is woken
+        assert closed.samples() == []
+        del dropped
+        gc.collect()
+        fed(c, 3, {"gauge": 1.0}, {"gauge": 3.0})
+        with m._lock:
+            live = m._live_readers()
+        assert live == [m._default, kept]
+        assert kept.snapshot() == {"gauge": 2.0}
+        kept.close()
+        assert kept.snapshot() == {}  # a closed reader has no window
+    finally:
+        c.release()
+        m.stop()
+
+
+def test_a_reader_that_reads_rarely_keeps_the_window_of_a_key_that_went_away() -> None:
+    """A per-epoch reader still gets a key that was reported early in the epoch only."""
+    c = ScriptedCollector({"gone": 4.0, "stays": 0.0})
+    m = SystemMonitor(interval=0.01, collectors=[c]).start()
+    try:
+        epoch, batch = m.reader(), m.reader()
+        fed(c, 2, {"gone": 6.0, "stays": 1.0})
+        ticks = sysmetrics_monitor.FORGET_AFTER + 2 * sysmetrics_monitor._SWEEP_EVERY
+        for n in range(ticks):
+            fed(c, 3 + n, {"stays": 1.0})
+            batch.snapshot()
+        assert "gone" not in batch.snapshot()
+        assert epoch.snapshot() == {"gone": 6.0, "stays": 1.0}
+        m.snapshot()  # the default reader had it too: now nobody holds it
+        fed(c, 3 + ticks + sysmetrics_monitor._SWEEP_EVERY, *[{"stays": 1.0}] * 16)
+        assert "gone" not in m._series
+    finally:
+        c.release()
+        m.stop()
+
+
+def test_bad_buffer_and_options_with_collectors_are_clear_errors() -> None:
+    c = ScriptedCollector({"x": 1.0})
+    m = SystemMonitor(collectors=[c])
+    for bad in (-1, 2.5, "10", True):
+        with pytest.raises(ValueError, match=rf"buffer={bad!r} is invalid: use 0"):
+            m.reader(buffer=bad)  # type: ignore[arg-type]
+    m.stop()
+    with pytest.raises(TypeError, match="SystemMonitor got disk_paths with collectors="):
+        SystemMonitor(collectors=[c], disk_paths="/")
+    with pytest.raises(TypeError, match="clock=1 is invalid"):
+        SystemMonitor(collectors=[c], clock=1)  # type: ignore[arg-type]
+
+
+def test_options_are_declared_once() -> None:
+    """Each option of the default set has its type and its entry, and nothing else."""
+    assert set(CollectorOptions.__annotations__) == set(OPTIONS)
+    assert ("interval", "collectors", "clock", *OPTIONS) == sysmetrics_monitor.MONITOR_OPTIONS
+    with open("README.md", encoding="utf-8") as f:
+        readme = f.read()
+    for name in sysmetrics_monitor.MONITOR_OPTIONS:
+        assert f"`{name}`" in readme, f"the README does not list the option {name!r}"
