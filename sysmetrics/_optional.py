@@ -35,6 +35,21 @@ def prometheus_parser() -> Any:
     return text_string_to_metric_families
 
 
+def prometheus_client() -> ModuleType:
+    """``prometheus_client``, for the Prometheus endpoint (:mod:`sysmetrics.sinks.prometheus`).
+
+    Raises:
+        ImportError: prometheus-client is not installed, with how to install it.
+
+    """
+    try:
+        return importlib.import_module("prometheus_client")
+    except ImportError as exc:
+        raise ImportError(
+            "the Prometheus endpoint needs prometheus-client: pip install 'sysmetrics[prometheus]'"
+        ) from exc
+
+
 def gcipuinfo() -> ModuleType | None:
     """Graphcore's ``gcipuinfo`` (from the Poplar SDK), or None where it cannot be imported."""
     try:

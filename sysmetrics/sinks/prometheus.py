@@ -1,0 +1,457 @@
+"""A Prometheus ``/metrics`` endpoint serving a monitor's latest values.
+
+Needs the ``[prometheus]`` extra (``prometheus-client``). Each scrape reads
+``monitor.latest()`` (a cheap copy under the monitor's lock) and turns every key that
+:func:`sysmetrics.descriptions.describe` knows into a Prometheus series: the name is
+``sysmetrics_`` + the description's Prometheus name, the value is in the base unit (bytes,
+hertz), the key's placeholders become labels (``gpu="0"``, ``path="/"``), and every
+series carries a ``host`` label. Scrapes run on the server's own threads: a slow or
+stalled client never delays the monitor's sampling.
+
+The page is made by prometheus_client's WSGI app (content negotiation, OpenMetrics, gzip,
+``name[]`` filters) on the standard library's ``wsgiref`` server, as prometheus_client's
+``start_http_server`` does; the threads are ours so that :meth:`PrometheusExporter.close`
+can end requests in flight and free the port (``start_http_server`` returns nothing to
+shut down before prometheus-client 0.20).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import logging
+import math
+import numbers
+import operator
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+from sysmetrics import _optional
+from sysmetrics.descriptions import describe
+
+if TYPE_CHECKING:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.metrics_core import Metric
+
+    from sysmetrics.monitor import SystemMonitor
+
+log = logging.getLogger("sysmetrics")
+
+DEFAULT_PORT = 9464  # the port OpenTelemetry's Prometheus exporters use
+DEFAULT_ADDR = "127.0.0.1"
+PREFIX = "sysmetrics_"
+REQUEST_TIMEOUT = 10.0  # s a scrape connection may stay silent before it is dropped
+CLOSE_WAIT = 1.0  # s close() waits for the requests in flight, once their sockets are shut
+MAX_CACHED_KEYS = 10_000  # keys whose series are remembered between scrapes
+MAX_LOGGED_KEYS = 100  # undescribed keys logged (one debug line each)
+
+
+class _Latest(Protocol):
+    def latest(self) -> Mapping[str, float]: ...
+
+
+class _Series(NamedTuple):
+    """What one key becomes: a sample of the family ``name``."""
+
+    name: str
+    kind: str  # "gauge" or "counter"
+    help: str
+    scale: float
+    label_names: tuple[str, ...]
+    label_values: tuple[str, ...]
+    ident: tuple[str, tuple[str, ...]]  # (name, label_values): one sample per scrape
+    shape: tuple[str, tuple[str, ...]]  # (kind, label_names): the same for a whole family
+
+
+class _MonitorCollector:
+    """prometheus_client custom collector: ``monitor.latest()`` as metric families."""
+
+    def __init__(self, monitor: _Latest, host: str) -> None:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        self._monitor = monitor
+        self._host = host
+        self._families = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
+        self._series: dict[str, _Series | None] = {}  # None: not exported
+        self._logged = 0  # undescribed keys logged so far
+        self._warned = False  # a fault was logged as a warning; later ones are debug lines
+
+    def collect(self) -> Iterator[Metric]:
+        """The monitor's latest values as gauge and counter families; never raises.
+
+        A key that cannot be exported (undescribed, not a number, a clash with another
+        key's series) is left out; the others are served.
+        """
+        try:
+            items = list(self._monitor.latest().items())
+        except Exception:
+            self._fault("monitor.latest() failed; serving nothing this scrape")
+            return
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        shapes: dict[str, tuple[str, tuple[str, ...]]] = {}
+        seen: set[tuple[str, tuple[str, ...]]] = set()
+        cache = self._series
+        for key, value in items:
+            try:
+                series = cache[key] if key in cache else self._learn(key)
+                if series is None:
+                    continue
+                if type(value) is not float and (
+                    isinstance(value, bool) or not isinstance(value, numbers.Real)
+                ):
+                    raise TypeError(f"its value {value!r} is not a number")
+                v = float(value) * series.scale
+                if not math.isfinite(v) or series.ident in seen:
+                    continue
+                family = families.get(series.name)
+                if family is None:
+                    family = families[series.name] = self._families[series.kind](
+                        series.name, series.help, labels=series.label_names
+                    )
+                    shapes[series.name] = series.shape
+                elif shapes[series.name] != series.shape:
+                    raise ValueError(f"{series.name} has another type or labels for other keys")
+                family.add_metric(series.label_values, v)
+                seen.add(series.ident)
+            except Exception:
+                self._fault(f"key {key!r} left out of the scrape")
+        yield from families.values()
+
+    def _learn(self, key: str) -> _Series | None:
+        """``key``'s series from its description (None: not exported), remembered."""
+        try:
+            series = self._describe(key)
+        except Exception:
+            self._fault(f"key {key!r} not exported: its description does not fit")
+            series = None
+        if len(self._series) >= MAX_CACHED_KEYS:
+            self._series.clear()
+        self._series[key] = series
+        return series
+
+    def _describe(self, key: str) -> _Series | None:
+        found = describe(key)
+        if found is None:
+            if self._logged < MAX_LOGGED_KEYS:
+                self._logged += 1
+                log.debug("sysmetrics: %r has no description; not exported to Prometheus", key)
+            return None
+        desc, values = found
+        if desc.prometheus is None:
+            return None
+        names = desc.prometheus_labels
+        if len(names) != len(desc.labels) or "host" in names:
+            raise ValueError(f"the labels {names} do not fit the placeholders {desc.labels}")
+        name, label_names = PREFIX + desc.prometheus, (*names, "host")
+        label_values = (*(values[p] for p in desc.labels), self._host)
+        return _Series(
+            name=name,
+            kind=desc.kind,
+            help=desc.help,
+            scale=desc.scale,
+            label_names=label_names,
+            label_values=label_values,
+            ident=(name, label_values),
+            shape=(desc.kind, label_names),
+        )
+
+    def _fault(self, what: str) -> None:
+        level = logging.DEBUG if self._warned else logging.WARNING
+        self._warned = True
+        log.log(level, "sysmetrics: Prometheus endpoint: %s", what, exc_info=True)
+
+
+class _Handler(WSGIRequestHandler):
+    """wsgiref's handler, silent, dropping a client silent for ``REQUEST_TIMEOUT`` s."""
+
+    timeout = REQUEST_TIMEOUT
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Log nothing: a scrape every few seconds is not news."""
+
+
+class _Server(WSGIServer):
+    """wsgiref's server with a daemon thread per request; ``end_requests`` ends them."""
+
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily) -> None:
+        self.address_family = family
+        self._lock = threading.Lock()
+        self._requests: dict[threading.Thread, socket.socket] = {}
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        """Bind without ``HTTPServer``'s reverse DNS look-up of the address (it can hang)."""
+        socketserver.TCPServer.server_bind(self)
+        self.server_name = str(self.server_address[0])
+        self.server_port = int(self.server_address[1])
+        self.setup_environ()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve ``request`` on a daemon thread of its own."""
+        thread = threading.Thread(
+            target=self._serve,
+            args=(request, client_address),
+            name="sysmetrics-prometheus-request",
+            daemon=True,
+        )
+        with self._lock:
+            self._requests[thread] = request
+        try:
+            thread.start()
+        except BaseException:
+            with self._lock:
+                self._requests.pop(thread, None)
+            self.shutdown_request(request)
+            raise
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            with self._lock:
+                self._requests.pop(threading.current_thread(), None)
+            self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A request that failed (the client went away): a debug line, not a traceback."""
+        log.debug("sysmetrics: Prometheus request from %s failed", client_address, exc_info=True)
+
+    def end_requests(self, timeout: float) -> None:
+        """Shut the sockets of the requests in flight and wait ``timeout`` s for their threads."""
+        with self._lock:
+            requests = list(self._requests.items())
+        for _, sock in requests:
+            with contextlib.suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + timeout
+        for thread, _ in requests:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _check_port(port: object) -> int:
+    try:
+        value = None if isinstance(port, bool) else operator.index(port)  # type: ignore[arg-type]
+    except TypeError:
+        value = None
+    if value is None or not 0 <= value <= 65535:
+        error = TypeError if value is None else ValueError
+        raise error(
+            f"port={port!r} is invalid: it must be an integer from 0 to 65535 "
+            f"(TCP port to listen on; {DEFAULT_PORT} by default, 0 picks a free one)"
+        )
+    return value
+
+
+def _resolve(addr: object, port: int) -> tuple[socket.AddressFamily, str]:
+    """The address family and the numeric address to bind ``addr`` to."""
+    allowed = (
+        f"an IP address or host name of this machine to listen on ({DEFAULT_ADDR!r}, this "
+        "machine only, by default; '0.0.0.0' or '::' for every interface)"
+    )
+    if not isinstance(addr, str) or not addr:
+        raise (ValueError if addr == "" else TypeError)(
+            f"addr={addr!r} is invalid: it must be {allowed}"
+        )
+    try:
+        infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        raise ValueError(
+            f"addr={addr!r} is invalid: it does not resolve ({exc}); it must be {allowed}"
+        ) from None
+    family, _, _, _, sockaddr = infos[0]
+    return family, str(sockaddr[0])
+
+
+class PrometheusExporter:
+    """Serves ``monitor.latest()`` on ``http://{addr}:{port}/metrics`` for Prometheus.
+
+    The server starts at once, on daemon threads; each scrape reads the monitor's latest
+    sample (see the module's docstring for the names and labels). A scrape never raises
+    into the monitor and never delays its sampling; a client silent for
+    ``REQUEST_TIMEOUT`` (10) s is dropped. ``close()`` (idempotent; also the end of a
+    ``with`` block) stops the server, ends the requests in flight and frees the port. It
+    does not stop the monitor; :func:`serve` makes exporters that stop the monitor they
+    started.
+
+    Args:
+        monitor: the :class:`~sysmetrics.SystemMonitor` whose values to serve (anything
+            with a ``latest()`` method returning ``{key: value}``).
+        port: TCP port to listen on, 0 to 65535; 0 picks a free one (see :attr:`port`).
+        addr: IP address or host name to listen on; ``"127.0.0.1"`` (this machine only)
+            by default. ``"0.0.0.0"`` (or ``"::"``) serves every interface: the metrics are
+            then readable by anyone who can reach the port.
+
+    Attributes:
+        port: the port listened on (the one picked, for ``port=0``).
+        addr: the address listened on, as given.
+        monitor: the monitor served.
+        registry: the ``prometheus_client.CollectorRegistry`` the page is made from.
+
+    Raises:
+        ImportError: prometheus-client is not installed (the ``[prometheus]`` extra).
+        TypeError, ValueError: ``monitor``, ``port`` or ``addr`` is invalid; the message
+            names the option, the value and what is allowed.
+        OSError: the address cannot be listened on (the port is in use, the address is
+            not this machine's); the message names the address.
+
+    """
+
+    def __init__(
+        self, monitor: SystemMonitor | _Latest, port: int = DEFAULT_PORT, addr: str = DEFAULT_ADDR
+    ) -> None:
+        if not callable(getattr(monitor, "latest", None)):
+            raise TypeError(
+                f"monitor={monitor!r} is invalid: it must be a SystemMonitor "
+                "(anything with a latest() method returning {key: value})"
+            )
+        self.port = _check_port(port)
+        family, host = _resolve(addr, self.port)
+        self.addr = addr
+        _optional.prometheus_client()  # ImportError with how to install it
+        from prometheus_client import CollectorRegistry, make_wsgi_app
+
+        self.monitor = monitor
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_MonitorCollector(monitor, socket.gethostname()))
+        try:
+            self._server = _Server((host, self.port), family)
+        except OSError as exc:
+            hint = (
+                "use another port, or port=0 for a free one"
+                if exc.errno == errno.EADDRINUSE
+                else "addr must be an address of this machine"
+            )
+            raise OSError(
+                exc.errno,
+                f"cannot listen on {_netloc(addr, self.port)} for the Prometheus endpoint: "
+                f"{exc.strerror or exc} ({hint})",
+            ) from exc
+        self._server.set_app(make_wsgi_app(self.registry))
+        self.port = self._server.server_port
+        self._owned: SystemMonitor | None = None  # stopped on close() (see serve())
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            args=(0.1,),  # s between two looks at the shutdown flag
+            name="sysmetrics-prometheus",
+            daemon=True,
+        )
+        self._thread.start()
+        if not _is_loopback(host):
+            log.info(
+                "sysmetrics: Prometheus endpoint %s is reachable from other machines", self.url
+            )
+
+    @property
+    def url(self) -> str:
+        """``http://{addr}:{port}/metrics``, the URL to scrape."""
+        return f"http://{_netloc(self.addr, self.port)}/metrics"
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Stop serving, end the requests in flight and free the port. Idempotent.
+
+        Waits at most ``CLOSE_WAIT`` (1) s for the requests in flight, then stops the
+        monitor if :func:`serve` started it.
+        """
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            if self._thread.is_alive():  # not in a forked child: shutdown() would wait forever
+                self._server.shutdown()
+            self._server.end_requests(CLOSE_WAIT)
+            self._server.server_close()
+            self._thread.join(CLOSE_WAIT)
+        finally:
+            if self._owned is not None:
+                self._owned.stop()
+
+    def __enter__(self) -> PrometheusExporter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "serving"
+        return f"<PrometheusExporter {self.url} {state}>"
+
+
+def serve(
+    port: int = DEFAULT_PORT,
+    addr: str = DEFAULT_ADDR,
+    monitor: SystemMonitor | _Latest | None = None,
+    **monitor_options: Any,
+) -> PrometheusExporter:
+    """Serve a monitor's values for Prometheus on ``http://{addr}:{port}/metrics``.
+
+    With no ``monitor``, creates ``SystemMonitor(**monitor_options)``, starts it, and
+    stops it when the exporter is closed. A given ``monitor`` is served as it is and never
+    stopped here.
+
+    Args:
+        port: TCP port to listen on (9464 by default; 0 picks a free one).
+        addr: address to listen on (``"127.0.0.1"``, this machine only, by default).
+        monitor: the monitor to serve; a new one by default.
+        **monitor_options: options of the new :class:`~sysmetrics.SystemMonitor`
+            (``interval`` in seconds, ``disk_paths``, ...).
+
+    Returns:
+        The running :class:`PrometheusExporter`; ``close()`` it (or use ``with``).
+
+    Raises:
+        ImportError, TypeError, ValueError, OSError: as :class:`PrometheusExporter` and
+            :class:`~sysmetrics.SystemMonitor` do; TypeError also for monitor options
+            given with a ``monitor``.
+
+    """
+    if monitor is not None:
+        if monitor_options:
+            raise TypeError(
+                f"serve() got monitor options ({', '.join(sorted(monitor_options))}) and a "
+                "monitor: the options apply only to the monitor serve() creates"
+            )
+        return PrometheusExporter(monitor, port, addr)
+    from sysmetrics.monitor import SystemMonitor
+
+    own = SystemMonitor(**monitor_options)
+    try:
+        exporter = PrometheusExporter(own, port, addr)
+    except BaseException:
+        own.stop()
+        raise
+    exporter._owned = own
+    own.start()
+    return exporter
+
+
+def _netloc(addr: str, port: int) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,489 @@
+"""The Prometheus endpoint: scraped by a real Prometheus server, and by urllib with
+prometheus_client's parser, behind a real SystemMonitor on 127.0.0.1."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import math
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("prometheus_client", reason="needs the [prometheus] extra")
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from sysmetrics import SystemMonitor, _optional
+from sysmetrics.collectors import host_collectors
+from sysmetrics.sinks import PrometheusExporter, serve
+from tests.conftest import ScriptedCollector
+from tests.polling import wait_for
+
+MiB = 1024.0**2
+HOST = socket.gethostname()
+KNOWN = {
+    "gpu.0.gpu": 42.0,
+    "gpu.1.gpu": 7.0,
+    "gpu.0.correctedMemoryErrors": 3.0,
+    "gpu.0.smClock": 1410.0,  # MHz
+    "proc.memory.rssMB": 100.0,
+    "disk./.usagePercent": 50.0,
+    "disk./data.usageGB": 2.0,
+    "disk.in": 1.5,  # MiB, a counter
+    "gpu.process.0.gpu": 40.0,  # described, not exported
+    "openmetrics.dcgm.DCGM_FI_DEV_GPU_UTIL.0": 1.0,  # described, not exported
+    "custom.thing": 1.0,  # undescribed
+}
+
+
+def scripted(values: Mapping[str, float] = KNOWN) -> ScriptedCollector:
+    """A collector that returns ``values`` at every tick."""
+    c = ScriptedCollector(dict(values))
+    c.release()
+    return c
+
+
+@pytest.fixture
+def monitor() -> Iterator[SystemMonitor]:
+    with SystemMonitor(interval=0.05, collectors=[scripted()]) as m:
+        yield m
+
+
+def get(url: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        text: str = r.read().decode()
+    return text
+
+
+def scrape(url: str) -> dict[str, Any]:
+    """The page at ``url`` parsed by prometheus_client: ``{family name: family}``."""
+    return {f.name: f for f in text_string_to_metric_families(get(url))}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+# -- the page -----------------------------------------------------------------------
+
+
+def test_names_labels_types_and_scaling(monitor: SystemMonitor) -> None:
+    with PrometheusExporter(monitor, port=0) as ex:
+        families = scrape(ex.url)
+    assert set(families) == {
+        "sysmetrics_gpu_utilization_percent",
+        "sysmetrics_gpu_corrected_memory_errors",  # the parser names counters without _total
+        "sysmetrics_gpu_sm_clock_hertz",
+        "sysmetrics_process_memory_rss_bytes",
+        "sysmetrics_disk_usage_percent",
+        "sysmetrics_disk_usage_bytes",
+        "sysmetrics_disk_read_bytes",
+    }
+    gpu = families["sysmetrics_gpu_utilization_percent"]
+    assert gpu.type == "gauge"
+    assert gpu.documentation.startswith("GPU utilization")
+    assert {(s.labels["gpu"], s.value) for s in gpu.samples} == {("0", 42.0), ("1", 7.0)}
+    assert all(s.labels == {"gpu": s.labels["gpu"], "host": HOST} for s in gpu.samples)
+    (ecc,) = families["sysmetrics_gpu_corrected_memory_errors"].samples
+    assert families["sysmetrics_gpu_corrected_memory_errors"].type == "counter"
+    assert (ecc.name, ecc.labels, ecc.value) == (
+        "sysmetrics_gpu_corrected_memory_errors_total", {"gpu": "0", "host": HOST}, 3.0,
+    )  # fmt: skip
+    (disk_in,) = families["sysmetrics_disk_read_bytes"].samples
+    assert (disk_in.name, disk_in.value) == ("sysmetrics_disk_read_bytes_total", 1.5 * MiB)
+    assert families["sysmetrics_process_memory_rss_bytes"].samples[0].value == 100 * MiB
+    assert families["sysmetrics_gpu_sm_clock_hertz"].samples[0].value == 1410e6
+    usage = families["sysmetrics_disk_usage_percent"].samples
+    assert [(s.labels, s.value) for s in usage] == [({"path": "/", "host": HOST}, 50.0)]
+    (used,) = families["sysmetrics_disk_usage_bytes"].samples
+    assert (used.labels["path"], used.value) == ("/data", 2.0 * 1024**3)
+
+
+def test_openmetrics_page_as_prometheus_asks_for_it(monitor: SystemMonitor) -> None:
+    with PrometheusExporter(monitor, port=0) as ex:
+        request = urllib.request.Request(ex.url, headers={"Accept": "application/openmetrics-text"})
+        with urllib.request.urlopen(request, timeout=5) as r:
+            page = r.read().decode()
+            assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert "# TYPE sysmetrics_gpu_corrected_memory_errors counter\n" in page
+    assert 'sysmetrics_gpu_corrected_memory_errors_total{gpu="0",host=' in page
+    assert page.endswith("# EOF\n")
+
+
+def test_undescribed_keys_are_skipped_with_one_debug_line_each(
+    monitor: SystemMonitor, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.DEBUG, logger="sysmetrics"),
+        PrometheusExporter(monitor, port=0) as ex,
+    ):
+        for _ in range(3):
+            page = get(ex.url)
+    assert "custom" not in page and "openmetrics" not in page and "DCGM" not in page
+    assert page.count("sysmetrics_gpu_utilization_percent{") == 2  # gpu.process.* not exported
+    lines = [r.getMessage() for r in caplog.records if "no description" in r.getMessage()]
+    assert lines == ["sysmetrics: 'custom.thing' has no description; not exported to Prometheus"]
+
+
+def test_empty_before_the_first_sample() -> None:
+    m = SystemMonitor(interval=0.05, collectors=[scripted()])
+    with PrometheusExporter(m, port=0) as ex:
+        assert scrape(ex.url) == {}
+    m.stop()
+
+
+class Junk:
+    """A monitor stand-in whose latest() returns ``values`` or raises ``error``."""
+
+    def __init__(self, values: Any = None, error: Exception | None = None) -> None:
+        self.values = values
+        self.error = error
+
+    def latest(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.values
+
+
+@pytest.mark.parametrize(
+    ("monitor", "served"),
+    [
+        (Junk(error=RuntimeError("boom")), {}),
+        (Junk(values=None), {}),
+        (Junk(values=[1, 2]), {}),
+        (
+            Junk(values={
+                "cpu": 5.0, "gpu.0.gpu": "x", "gpu.1.gpu": True, "gpu.2.gpu": None,
+                "memory": math.nan, "disk.in": math.inf, 3: 1.0, "proc.cpu.threads": 7,
+            }),
+            {"sysmetrics_process_cpu_utilization_percent": 5.0, "sysmetrics_process_threads": 7.0},
+        ),
+    ],
+)  # fmt: skip
+def test_a_failing_or_junk_monitor_never_fails_the_scrape(
+    monitor: Junk, served: dict[str, float], caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.DEBUG, logger="sysmetrics"),
+        PrometheusExporter(monitor, port=0) as ex,
+    ):
+        families = list(ex.registry.collect())  # collect() itself: no exception
+        for _ in range(2):
+            page = scrape(ex.url)  # and over HTTP: 200, a parseable page
+    assert {f.name: f.samples[0].value for f in families} == served
+    assert {name: f.samples[0].value for name, f in page.items()} == served
+    if monitor.error is not None or served:
+        warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1  # the first fault is a warning, later ones debug lines
+
+
+# -- lifecycle and options ------------------------------------------------------------
+
+
+def test_close_is_idempotent_frees_the_port_and_leaves_no_thread(monitor: SystemMonitor) -> None:
+    ex = PrometheusExporter(monitor, port=0)
+    port = ex.port
+    assert port > 0 and ex.url == f"http://127.0.0.1:{port}/metrics"
+    assert "sysmetrics_gpu_utilization_percent" in scrape(ex.url)
+    ex.close()
+    ex.close()
+    assert ex.closed and "closed" in repr(ex)
+    with pytest.raises(OSError):
+        get(ex.url, timeout=1)
+    with socket.socket() as s:  # the port is free again (for a server: SO_REUSEADDR, as
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the scrape's TIME_WAIT)
+        s.bind(("127.0.0.1", port))
+        s.listen()
+    with PrometheusExporter(monitor, port=port) as again:
+        assert again.port == port
+        assert "sysmetrics_gpu_utilization_percent" in scrape(again.url)
+    assert monitor.running  # an exporter never stops a monitor it was given
+
+
+def test_port_in_use_names_the_address(monitor: SystemMonitor) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port} .*port=0"):
+            PrometheusExporter(monitor, port=port)
+
+
+def test_every_interface_is_an_explicit_choice(monitor: SystemMonitor) -> None:
+    defaults = inspect.signature(PrometheusExporter).parameters
+    assert (defaults["port"].default, defaults["addr"].default) == (9464, "127.0.0.1")
+    assert inspect.signature(serve).parameters["addr"].default == "127.0.0.1"
+    with PrometheusExporter(monitor, port=0, addr="0.0.0.0") as ex:
+        assert ex.url == f"http://0.0.0.0:{ex.port}/metrics"
+        assert "sysmetrics_gpu_utilization_percent" in scrape(f"http://127.0.0.1:{ex.port}/")
+
+
+def test_ipv6_loopback(monitor: SystemMonitor) -> None:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    with PrometheusExporter(monitor, port=0, addr="::1") as ex:
+        assert ex.url == f"http://[::1]:{ex.port}/metrics"
+        assert "sysmetrics_gpu_utilization_percent" in scrape(ex.url)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"port": -1}, ValueError, r"port=-1 is invalid: it must be an integer from 0 to 65535"),
+        ({"port": 65536}, ValueError, r"port=65536 is invalid.*0 picks a free one"),
+        ({"port": "9464"}, TypeError, r"port='9464' is invalid"),
+        ({"port": 1.5}, TypeError, r"port=1.5 is invalid"),
+        ({"port": True}, TypeError, r"port=True is invalid"),
+        ({"addr": ""}, ValueError, r"addr='' is invalid: it must be an IP address or host name"),
+        ({"addr": None}, TypeError, r"addr=None is invalid.*'0.0.0.0' or '::' for every"),
+        ({"addr": "no-such-host.invalid"}, ValueError,
+         r"addr='no-such-host.invalid' is invalid: it does not resolve"),
+    ],
+)  # fmt: skip
+def test_bad_options_are_clear_errors(
+    monitor: SystemMonitor, kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        PrometheusExporter(monitor, **{"port": 0, **kwargs})
+
+
+def test_not_a_monitor_is_a_clear_error() -> None:
+    with pytest.raises(TypeError, match=r"monitor=42 is invalid: it must be a SystemMonitor"):
+        PrometheusExporter(42)  # type: ignore[arg-type]
+
+
+def test_address_not_of_this_machine_names_it(monitor: SystemMonitor) -> None:
+    with pytest.raises(
+        OSError, match=r"cannot listen on 192.0.2.1:0 .*an address of this machine"
+    ):  # TEST-NET-1
+        PrometheusExporter(monitor, port=0, addr="192.0.2.1")
+
+
+def test_serve_starts_and_stops_its_own_monitor() -> None:
+    c = scripted()
+    ex = serve(port=0, interval=0.05, collectors=[c])
+    monitor = ex.monitor
+    assert isinstance(monitor, SystemMonitor) and monitor.running
+    wait_for(lambda: "sysmetrics_gpu_utilization_percent" in scrape(ex.url))
+    ex.close()
+    assert not monitor.running and c.closed
+    ex.close()
+
+
+def test_serve_never_stops_a_given_monitor(monitor: SystemMonitor) -> None:
+    with serve(port=0, monitor=monitor) as ex:
+        assert ex.monitor is monitor
+        assert "sysmetrics_gpu_utilization_percent" in scrape(ex.url)
+    assert monitor.running
+    with pytest.raises(TypeError, match=r"serve\(\) got monitor options \(interval\)"):
+        serve(port=0, monitor=monitor, interval=1.0)
+
+
+def test_serve_stops_its_monitor_when_the_port_is_taken() -> None:
+    c = scripted()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(OSError, match="cannot listen on"):
+            serve(port=busy.getsockname()[1], collectors=[c])
+    assert c.closed  # closed, never started (no thread left: the autouse fixture)
+    with pytest.raises(TypeError, match="unknown option 'intervall'"):
+        serve(port=0, intervall=1)
+
+
+def test_importing_sinks_imports_no_optional_dependency() -> None:
+    code = (
+        "import sys, sysmetrics.sinks\n"
+        "assert 'prometheus_client' not in sys.modules, 'imported'\n"
+        "assert 'sysmetrics.sinks.prometheus' not in sys.modules\n"
+        "from sysmetrics.sinks import serve\n"
+        "assert 'sysmetrics.sinks.prometheus' in sys.modules\n"
+        "assert 'prometheus_client' not in sys.modules, 'imported before use'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_missing_prometheus_client_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(ImportError, match=r"pip install 'sysmetrics\[prometheus\]'"):
+        _optional.prometheus_client()
+    with pytest.raises(ImportError, match=r"sysmetrics\[prometheus\]"):
+        PrometheusExporter(Junk({}), port=0)
+
+
+# -- a stalled scrape ------------------------------------------------------------------
+
+
+def test_stalled_scrapes_do_not_delay_sampling() -> None:
+    """Clients that connect and say nothing, stop mid-request, or never read the page,
+    beside one that scrapes back to back: the monitor keeps its schedule."""
+    interval = 0.05
+    many = {f"gpu.{i}.gpu": float(i) for i in range(2000)}  # a page of ~110 kB
+    with SystemMonitor(interval=interval, collectors=[scripted(many)]) as m:
+        reader = m.reader(buffer=10_000)
+        ex = PrometheusExporter(m, port=0)
+        stalled = []
+        for request in (b"", b"GET /metr", b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # never read
+            s.connect(("127.0.0.1", ex.port))
+            s.sendall(request)
+            stalled.append(s)
+        stop = threading.Event()
+        scrapes = 0
+
+        def scrape_back_to_back() -> None:
+            nonlocal scrapes
+            while not stop.is_set():
+                get(ex.url)
+                scrapes += 1
+
+        hammer = threading.Thread(target=scrape_back_to_back)
+        hammer.start()
+        try:
+            reader.samples()
+            time.sleep(2.0)
+            ticks = [s.monotonic for s in reader.samples()]
+        finally:
+            stop.set()
+            hammer.join()
+            ex.close()  # with the stalled connections still open: it ends them
+            left = [
+                t
+                for t in threading.enumerate()
+                if t.name.startswith("sysmetrics-prom") and t.is_alive()
+            ]
+            for s in stalled:
+                s.close()
+    assert not left
+    assert scrapes > 0
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    # On schedule: ticks one interval apart (a missed tick is skipped, never squeezed
+    # in), so the typical gap is the interval and no gap is anywhere near the 10 s a
+    # stalled client may keep its connection.
+    assert len(ticks) >= 10, ticks
+    assert 0.5 * interval <= statistics.median(gaps) <= 1.5 * interval, gaps
+    assert max(gaps) < 1.0, gaps
+
+
+# -- a real Prometheus server ---------------------------------------------------------
+
+
+def _prometheus_binary() -> str | None:
+    found = shutil.which("prometheus")
+    if found or not os.environ.get("CI") or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return found
+    # CI only: install Debian's package (its service is not started: no systemd there,
+    # and the test runs the binary itself with its own configuration).
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"]
+    for cmd in (["apt-get", "update", "-qq"], install):
+        subprocess.run(cmd, env=env, capture_output=True, timeout=600, check=False)
+    return shutil.which("prometheus")
+
+
+class Prometheus:
+    """A Prometheus server scraping ``target`` every second, with its data in ``tmp``."""
+
+    def __init__(self, binary: str, target: str, tmp: Path) -> None:
+        config = tmp / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+            "scrape_configs:\n  - job_name: sysmetrics\n"
+            f"    static_configs:\n      - targets: ['{target}']\n"
+        )
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log = tmp / "prometheus.log"
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+                 f"--web.listen-address={self.url[len('http://'):]}"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def api(self, path: str, **params: str) -> Any:
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            answer = json.load(r)
+        assert answer["status"] == "success", answer
+        return answer["data"]
+
+    def query(self, promql: str) -> dict[str, tuple[dict[str, str], float]]:
+        """``{series' labels as text: (labels, value)}`` of an instant query; {} if it fails."""
+        try:
+            result = self.api("query", query=promql)["result"]
+        except OSError:
+            return {}  # not listening yet
+        return {json.dumps(r["metric"], sort_keys=True): (r["metric"], float(r["value"][1]))
+                for r in result}  # fmt: skip
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
+    binary = _prometheus_binary()
+    if binary is None:
+        pytest.skip("prometheus is not installed (apt-get install prometheus; CI does)")
+    known = {"gpu.0.gpu": 42.0, "gpu.1.gpu": 17.0, "gpu.0.correctedMemoryErrors": 3.0,
+             "gpu.0.memoryAllocatedBytes": 1.5e9}  # fmt: skip
+    monitor = SystemMonitor(interval=0.2, collectors=[scripted(known), *host_collectors()])
+    reader = monitor.reader(buffer=10_000)
+    with monitor, PrometheusExporter(monitor, port=0) as ex:
+        prometheus = Prometheus(binary, f"127.0.0.1:{ex.port}", tmp_path)
+        try:
+            deadline = time.monotonic() + 60
+            query = "sysmetrics_process_memory_rss_bytes"
+            while not (rss := prometheus.query(query)):
+                if prometheus.proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"no {query} in Prometheus: {prometheus.log.read_text()[-3000:]}")
+                time.sleep(0.2)
+            gpu = prometheus.query("sysmetrics_gpu_utilization_percent")
+            ecc = prometheus.query("sysmetrics_gpu_corrected_memory_errors_total")
+            up = prometheus.query('up{job="sysmetrics"}')
+            metadata = prometheus.api("metadata", metric="sysmetrics_gpu_corrected_memory_errors")
+            cpu = prometheus.query("sysmetrics_cpu_utilization_percent")
+        finally:
+            prometheus.stop()
+    sampled = [s.values for s in reader.samples()]
+    target = {"host": HOST, "instance": f"127.0.0.1:{ex.port}", "job": "sysmetrics"}
+    assert [v for _, v in up.values()] == [1.0]
+    assert sorted((m["gpu"], v) for m, v in gpu.values()) == [("0", 42.0), ("1", 17.0)]
+    for labels, _ in gpu.values():
+        assert labels == {"__name__": "sysmetrics_gpu_utilization_percent",
+                          "gpu": labels["gpu"], **target}  # fmt: skip
+    ((labels, value),) = ecc.values()
+    assert (labels["gpu"], value) == ("0", 3.0)
+    assert metadata["sysmetrics_gpu_corrected_memory_errors"][0]["type"] == "counter"
+    # The resident memory Prometheus holds is one the monitor sampled, in bytes.
+    ((labels, value),) = rss.values()
+    assert labels == {"__name__": "sysmetrics_process_memory_rss_bytes", **target}
+    assert any(math.isclose(value, s["proc.memory.rssMB"] * MiB, rel_tol=1e-12) for s in sampled)
+    assert {m["cpu"] for m, _ in cpu.values()} == {
+        k.split(".")[1] for k in sampled[-1] if k.endswith(".cpu_percent")
+    }
