@@ -4,7 +4,9 @@ Run: ``python benchmarks/callback_cost.py``. Each framework trains a tiny model 
 with a ``SystemMetricsCallback`` subclass that times its own per-step hook
 (``perf_counter`` around the real hook; for Lightning, around the wrapper the callback
 puts on the trainer's step logging, less the trainer's own part) and splits the calls
-into steps that logged and steps that did not. Prints the median µs of each, per framework.
+into steps that logged and steps that did not, and times the hook that stamps the step
+on the monitor at the start of each step (for run files). Prints the median µs of each,
+per framework.
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ from typing import Any
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
 
-def timed(cls: type, hook: str) -> type:
-    """A subclass of ``cls`` whose ``hook`` records (µs, logged) for each call."""
+def timed(cls: type, hook: str, stamp: str | None = None) -> type:
+    """A subclass of ``cls`` whose ``hook`` records (µs, logged) for each call.
+
+    ``stamp`` names the per-step hook that stamps the step on the monitor (for run
+    files); its calls are timed into ``stamps``.
+    """
 
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        before = self.core.monitor.snapshot if self.core.monitor else None
+        reader = self.core.reader
+        before = reader.snapshot if reader is not None else None
         logged = [False]
         if before is not None:
 
@@ -30,27 +37,42 @@ def timed(cls: type, hook: str) -> type:
                 logged[0] = True
                 return before()  # type: ignore[no-any-return]
 
-            self.core.monitor.snapshot = snap
+            reader.snapshot = snap
         t = time.perf_counter()
         try:
             return getattr(cls, hook)(self, *args, **kwargs)
         finally:
             self.samples.append(((time.perf_counter() - t) * 1e6, logged[0]))
             if before is not None:
-                del self.core.monitor.snapshot
+                del reader.snapshot
 
-    return type(cls.__name__, (cls,), {hook: wrapper, "samples": []})
+    def stamped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return getattr(cls, stamp)(self, *args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            self.stamps.append((time.perf_counter() - t) * 1e6)
+
+    members: dict[str, Any] = {hook: wrapper, "samples": [], "stamps": []}
+    if stamp is not None:
+        members[stamp] = stamped
+    return type(cls.__name__, (cls,), members)
 
 
-def report(name: str, samples: list[tuple[float, bool]]) -> None:
+Samples = tuple[list[tuple[float, bool]], list[float]]
+
+
+def report(name: str, result: Samples) -> None:
+    samples, stamps = result
     quiet = [us for us, logged in samples if not logged]
     loud = [us for us, logged in samples if logged]
     q = f"{statistics.median(quiet):10.1f}" if quiet else f"{'-':>10}"
     lo = f"{statistics.median(loud):10.1f}" if loud else f"{'-':>10}"
-    print(f"{name:<14}{q}{lo}{len(quiet):>10}{len(loud):>8}")
+    st = f"{statistics.median(stamps):10.1f}" if stamps else f"{'-':>10}"
+    print(f"{name:<14}{q}{lo}{st}{len(quiet):>10}{len(loud):>8}")
 
 
-def lightning() -> list[tuple[float, bool]]:
+def lightning() -> Samples:
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.loggers import CSVLogger
@@ -82,6 +104,12 @@ def lightning() -> list[tuple[float, bool]]:
         def __init__(self, **kw: Any) -> None:
             super().__init__(**kw)
             self.samples: list[tuple[float, bool]] = []
+            self.stamps: list[float] = []
+
+        def on_train_batch_start(self, *args: Any) -> None:
+            t = time.perf_counter()
+            super().on_train_batch_start(*args)
+            self.stamps.append((time.perf_counter() - t) * 1e6)
 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
             connector = trainer._logger_connector
@@ -96,8 +124,8 @@ def lightning() -> list[tuple[float, bool]]:
             connector.update_train_step_metrics = trainer_part
             super().on_train_start(trainer, pl_module)
             ours = connector.update_train_step_metrics
-            monitor = self.core.monitor
-            before = monitor.snapshot
+            reader = self.core.reader
+            before = reader.snapshot
 
             def both() -> None:
                 logged = [False]
@@ -106,11 +134,11 @@ def lightning() -> list[tuple[float, bool]]:
                     logged[0] = True
                     return before()
 
-                monitor.snapshot = snap
+                reader.snapshot = snap  # type: ignore[method-assign]
                 t = time.perf_counter()
                 ours()
                 self.samples.append(((time.perf_counter() - t - inner[0]) * 1e6, logged[0]))
-                del monitor.snapshot
+                del reader.snapshot
 
             connector.update_train_step_metrics = both
 
@@ -122,10 +150,10 @@ def lightning() -> list[tuple[float, bool]]:
         enable_model_summary=False, accelerator="cpu",
     )  # fmt: skip
     trainer.fit(Model(), DataLoader(TensorDataset(x, x[:, :1]), batch_size=16))
-    return cb.samples
+    return cb.samples, cb.stamps
 
 
-def transformers() -> list[tuple[float, bool]]:
+def transformers() -> Samples:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
@@ -137,7 +165,7 @@ def transformers() -> list[tuple[float, bool]]:
                         bos_token_id=0, eos_token_id=0)  # fmt: skip
     cbs = []
     for hook in ("on_step_end", "on_log"):
-        cb = timed(SystemMetricsCallback, hook)(interval=1.0)
+        cb = timed(SystemMetricsCallback, hook, "on_step_begin" if not cbs else None)(interval=1.0)
         cbs.append(cb)
     # Two callbacks, each timing one hook; the second one's on_log does the logging.
     args = TrainingArguments(
@@ -145,31 +173,36 @@ def transformers() -> list[tuple[float, bool]]:
         logging_steps=50, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
     )  # fmt: skip
     Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=data, callbacks=cbs).train()
-    return cbs[0].samples + [s for s in cbs[1].samples if s[1]]  # type: ignore[no-any-return]
+    logged = [s for s in cbs[1].samples if s[1]]
+    return cbs[0].samples + logged, cbs[0].stamps  # type: ignore[attr-defined]
 
 
-def keras_() -> list[tuple[float, bool]]:
+def keras_() -> Samples:
     import keras
     import numpy as np
 
     from sysmetrics.integrations.keras import SystemMetricsCallback
 
-    cb = timed(SystemMetricsCallback, "on_train_batch_end")(
+    cb = timed(SystemMetricsCallback, "on_train_batch_end", "on_train_batch_begin")(
         interval=1.0, logging_interval="step", log_every_n_steps=50
     )
     x = np.random.default_rng(0).normal(size=(4096, 32)).astype("float32")
     model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     model.fit(x, x[:, :1], batch_size=16, epochs=2, verbose=0, callbacks=[cb])
-    return cb.samples  # type: ignore[no-any-return]
+    return cb.samples, cb.stamps  # type: ignore[attr-defined]
 
 
 def main() -> None:
     results = [("lightning", lightning()), ("transformers", transformers()), ("keras", keras_())]
-    print(f"\n{'framework':<14}{'quiet µs':>10}{'log µs':>10}{'quiet n':>10}{'log n':>8}")
+    print(
+        f"\n{'framework':<14}{'quiet µs':>10}{'log µs':>10}{'stamp µs':>10}"
+        f"{'quiet n':>10}{'log n':>8}"
+    )
     for name, samples in results:
         report(name, samples)
-    print("quiet: per-step hook on a step that does not log; log: one that logs (median)")
+    print("quiet: per-step hook on a step that does not log; log: one that logs (median);")
+    print("stamp: the hook that stamps the step on the monitor at each step's start (median)")
 
 
 if __name__ == "__main__":

@@ -90,6 +90,12 @@ def _check_run_file(value: object, owner: str, run_dirs: bool) -> str | bool | N
             f"run_file={value!r} is invalid: use a path for the JSON-lines run file, True for "
             f"{RUN_FILE} in the run's log directory, or None"
         )
+    path = os.path.expanduser(path)
+    if os.path.isdir(path):
+        raise ValueError(
+            f"run_file={value!r} is invalid: it is a directory; name the run file in it, "
+            f"such as {os.path.join(path, RUN_FILE)!r}"
+        )
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise ValueError(
@@ -335,10 +341,10 @@ class CallbackCore:
             if cleanup is not None:
                 cleanup()
         finally:
-            if monitor is not None:
-                monitor.step = None  # samples after training belong to no step
-                if monitor is not self.shared:
-                    monitor.stop()  # its last sample reaches the run file
+            if monitor is not None and monitor is self.shared:
+                monitor.step = None  # its samples after training belong to no step
+            elif monitor is not None:
+                monitor.stop()  # its last sample, with the last step, reaches the run file
             for reader in readers:
                 if reader is not None:
                     reader.close()

@@ -538,9 +538,12 @@ class SystemMonitor:
     def latest(self) -> dict[str, float]:
         """The most recent sample ``{key: value}``, without starting a window; cheap, no I/O.
 
-        Empty before the first sample. For scrape-style sinks (a Prometheus endpoint).
+        Empty before the first sample and once the monitor is stopped (nothing stale is
+        served as current). For scrape-style sinks (a Prometheus endpoint).
         """
         self._check_stuck()
+        if self._state != "running":
+            return {}
         with self._lock:
             tick = self._tick
             return {key: s.last for key, s in self._series.items() if s.seen == tick}
@@ -562,7 +565,8 @@ class SystemMonitor:
             buffer = reader._buffer
             if buffer is None:
                 return []
-            reader._new.clear()
+            if not reader.closed:
+                reader._new.clear()  # a closed reader's wait() returns at once
             taken = list(buffer)
             buffer.clear()
             return taken

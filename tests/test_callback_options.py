@@ -8,6 +8,7 @@ name for them.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +36,8 @@ def callback_cls(request: pytest.FixtureRequest) -> Any:
         ("prog_bar", "console"),
         ("disk_path", "disk_paths"),  # a monitor option
         ("intervall", "interval"),
+        ("run_flie", "run_file"),
+        ("system_monitor", "monitor"),
     ],
 )
 def test_a_mistyped_option_gets_a_hint_from_every_option(
@@ -61,6 +64,10 @@ def test_a_mistyped_option_gets_a_hint_from_every_option(
         ({"console": "yes"}, TypeError, r"console='yes' is invalid: use True or False"),
         ({"log_every_n_steps": 2.5}, ValueError, r"log_every_n_steps=2.5 is invalid"),
         ({"logging_interval": "batch"}, ValueError, r"logging_interval='batch' is invalid"),
+        ({"monitor": 5}, TypeError, r"monitor=5 is invalid: use a sysmetrics.SystemMonitor"),
+        ({"run_file": 3}, TypeError, r"run_file=3 is invalid: use a path for the JSON-lines"),
+        ({"run_file": "/"}, ValueError, r"run_file='/' is invalid: it is a directory"),
+        ({"run_file": "/nope/r.jsonl"}, ValueError, r"its directory '/nope' does not exist"),
     ],
 )
 def test_bad_values_name_the_option_and_what_is_allowed(
@@ -71,6 +78,27 @@ def test_bad_values_name_the_option_and_what_is_allowed(
 ) -> None:
     with pytest.raises(error, match=match):
         callback_cls(**kwargs)
+
+
+def test_a_shared_monitor_excludes_the_options_of_an_own_one(callback_cls: Any) -> None:
+    from sysmetrics import SystemMonitor
+    from tests.conftest import ScriptedCollector
+
+    monitor = SystemMonitor(collectors=[ScriptedCollector({"x": 1.0})])
+    with pytest.raises(TypeError, match=r"got disk_paths, interval with monitor=: those"):
+        callback_cls(monitor=monitor, interval=2, disk_paths="/")
+    monitor.stop()
+    with pytest.raises(ValueError, match=r"monitor= is a stopped SystemMonitor"):
+        callback_cls(monitor=monitor)
+
+
+def test_run_file_paths(callback_cls: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert callback_cls(run_file="~/run.jsonl").core.run_file == str(tmp_path / "run.jsonl")
+    assert callback_cls(run_file=False).core.run_file is None
+    if callback_cls.__module__.endswith("keras"):
+        with pytest.raises(ValueError, match=r"run_file=True is invalid for Sys.*no run log"):
+            callback_cls(run_file=True)
 
 
 def test_numpy_numbers_are_accepted(callback_cls: Any) -> None:

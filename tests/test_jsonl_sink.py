@@ -158,6 +158,10 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
         JsonlSink(m, 3)  # type: ignore[arg-type]
     with pytest.raises(FileNotFoundError, match="no-such-dir"):
         JsonlSink(m, tmp_path / "no-such-dir" / "run.jsonl")
+    stopped = SystemMonitor(collectors=[ScriptedCollector({"x": 1.0})])
+    stopped.stop()
+    with pytest.raises(ValueError, match="monitor is a stopped SystemMonitor"):
+        JsonlSink(stopped, tmp_path / "x")
     for bad in (-1, 0, 1.5):
         with pytest.raises(ValueError, match=f"buffer={bad} is invalid: use a positive number"):
             JsonlSink(m, tmp_path / "x", buffer=bad)  # type: ignore[arg-type]

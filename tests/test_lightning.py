@@ -178,6 +178,7 @@ def test_run_file_beside_the_logs_on_the_logged_step_axis(tmp_path: Path) -> Non
     assert len({s for s in steps if s is not None}) >= 8
     known = [s for s in steps if s is not None]
     assert known == sorted(known)
+    assert steps[-1] == 15  # the last sample, taken as the monitor stops, has the last step
 
 
 def test_a_shared_monitor_is_read_not_stopped(tmp_path: Path) -> None:

@@ -272,6 +272,21 @@ def test_not_a_monitor_is_a_clear_error() -> None:
         PrometheusExporter(42)  # type: ignore[arg-type]
 
 
+def test_a_stopped_monitor_serves_nothing_and_is_refused() -> None:
+    """Regression: a stopped monitor's last values were served as current forever."""
+    c = scripted()
+    m = SystemMonitor(interval=0.05, collectors=[c]).start()
+    try:
+        with PrometheusExporter(m, port=0) as ex:
+            wait_for(lambda: "sysmetrics_gpu_utilization_percent{" in get(ex.url))
+            m.stop()
+            assert "sysmetrics_gpu_utilization_percent{" not in get(ex.url)
+    finally:
+        m.stop()
+    with pytest.raises(ValueError, match="monitor is a stopped SystemMonitor"):
+        PrometheusExporter(m, port=0)
+
+
 def test_address_not_of_this_machine_names_it(monitor: SystemMonitor) -> None:
     with pytest.raises(
         OSError, match=r"cannot listen on 192.0.2.1:0 .*an address of this machine"

@@ -53,6 +53,7 @@ def test_latest_returns_the_last_sample_without_consuming_a_window() -> None:
     finally:
         c.release()
         m.stop()
+    assert m.latest() == {}  # stopped: nothing is current any more
 
 
 def test_a_buffering_reader_gets_every_sample_with_the_step() -> None:
@@ -92,6 +93,7 @@ def test_a_closed_or_dropped_reader_costs_nothing() -> None:
         woke.join(5)
         assert not woke.is_alive()  # a sink waiting on it is woken
         assert closed.samples() == []
+        assert closed.wait(5)  # at once, however often it is drained
         del dropped
         gc.collect()
         fed(c, 3, {"gauge": 1.0}, {"gauge": 3.0})

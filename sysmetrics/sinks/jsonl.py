@@ -64,6 +64,11 @@ class JsonlSink:
     def __init__(self, monitor: SystemMonitor, path: PathLike, buffer: int = BUFFER) -> None:
         if not isinstance(monitor, SystemMonitor):
             raise TypeError(f"monitor={monitor!r} is invalid: use a sysmetrics.SystemMonitor")
+        if monitor._state == "stopped":
+            raise ValueError(
+                "monitor is a stopped SystemMonitor, which samples no more: pass a new or "
+                "running one"
+            )
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path={path!r} is invalid: use the run file's path (str or PathLike)")
         if positive_int(buffer) is None:

@@ -313,6 +313,11 @@ class PrometheusExporter:
                 f"monitor={monitor!r} is invalid: it must be a SystemMonitor "
                 "(anything with a latest() method returning {key: value})"
             )
+        if getattr(monitor, "_state", None) == "stopped":
+            raise ValueError(
+                "monitor is a stopped SystemMonitor, which samples no more: pass a new or "
+                "running one (the endpoint serves nothing while it is not running)"
+            )
         self.port = _check_port(port)
         family, host = _resolve(addr, self.port)
         self.addr = addr
