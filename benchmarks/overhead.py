@@ -349,7 +349,9 @@ def callback_costs() -> None:
     import callback_cost
 
     print("\n3. Callback cost per training step (median µs of the callback's own hook)")
-    print(f"   {'framework':<14}{'quiet':>10}{'logging':>10}{'n quiet':>10}{'n log':>8}")
+    print(
+        f"   {'framework':<14}{'quiet':>10}{'logging':>10}{'stamp':>10}{'n quiet':>10}{'n log':>8}"
+    )
     for name, fn in (("Lightning", callback_cost.lightning),
                      ("transformers", callback_cost.transformers),
                      ("Keras", callback_cost.keras_)):  # fmt: skip
