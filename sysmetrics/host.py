@@ -9,10 +9,12 @@ macOS, Windows and Linux systems without procfs.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
@@ -32,6 +34,7 @@ class ProcStat:
         rss_bytes: resident set size, bytes.
         start_time: when the process started, seconds on the source's :meth:`clock
             <HostSource.clock>` (Linux: since boot, exact to the clock tick).
+        ppid: the parent's process id (0: unknown).
 
     """
 
@@ -40,6 +43,7 @@ class ProcStat:
     threads: int
     rss_bytes: int
     start_time: float
+    ppid: int = 0
 
 
 class HostSource(Protocol):
@@ -69,12 +73,58 @@ class HostSource(Protocol):
     def cpu_count(self, pid: int) -> int:
         """Number of CPUs ``pid`` may run on (its affinity mask)."""
 
+    def cpus(self, pids: Iterable[int]) -> int:
+        """Number of CPUs any of ``pids`` may run on: the union of their affinity masks.
+
+        Processes that no longer exist are skipped; the logical CPU count where the OS has
+        no affinity API or none of ``pids`` is left.
+        """
+
+    def pss(self, pid: int) -> int | None:
+        """Proportional set size of ``pid``, bytes: each shared page split among its users.
+
+        None when the process no longer exists (or is a zombie).
+
+        Raises:
+            OSError: it cannot be read here (not Linux, or another user's process).
+
+        """
+
+    def last_pid(self) -> int | None:
+        """The process id most recently given to a process or thread in this PID namespace.
+
+        While it stays the same, no process was born; None where the OS does not say.
+        """
+
     def clock(self) -> float:
         """Now, on the clock of ``ProcStat.start_time``, rounded down to its resolution.
 
         A process born at or after a reading of this clock has a ``start_time`` no
         earlier than that reading.
         """
+
+
+class Job:
+    """The processes a monitor watches, as the roots of their trees.
+
+    One root (the training process) by default; on a node running several ranks, the
+    PIDs of every local rank, set once at train start (:meth:`watch`). The collectors that
+    attribute things to the job (process CPU and memory, GPU processes) read ``roots`` at
+    each sample; it is replaced in one assignment, so readers on other threads always see
+    a whole tuple.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.roots: tuple[int, ...] = (pid,)
+
+    @property
+    def pid(self) -> int:
+        """The first root: the process the monitor was made for."""
+        return self.roots[0]
+
+    def watch(self, pids: Iterable[int]) -> None:
+        """Watch the trees of ``pids`` (the first root is kept first; duplicates dropped)."""
+        self.roots = tuple(dict.fromkeys((self.roots[0], *pids)))
 
 
 def _boot_clock(tick: float) -> float:
@@ -88,8 +138,74 @@ def _boot_clock(tick: float) -> float:
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="ascii", errors="replace") as f:
-        return f.read()
+    """The whole text of ``path``.
+
+    ``os.open`` and ``os.read`` cost half of ``open()`` on a /proc file (which also stats
+    the file and sets up buffers), and the sampler reads several files per process. A
+    /proc file may come in pieces of a page (one per group of records), so read to the end.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, _CHUNK):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("ascii", "replace")
+
+
+def _read_record(path: str) -> str:
+    """The text of a /proc file made of one record (``<pid>/stat``, ``smaps_rollup``).
+
+    The kernel writes such a file whole into the first read that has room for it, so one
+    read is enough: one system call less than :func:`_read`, on every process every tick.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, _CHUNK).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
+_CHUNK = 65536  # bytes per read
+
+
+def _affinity_union(pids: Iterable[int]) -> int:
+    """Size of the union of the affinity masks of ``pids`` (``sched_getaffinity``)."""
+    cpus: set[int] = set()
+    for pid in pids:
+        try:
+            cpus |= os.sched_getaffinity(pid)
+        except ProcessLookupError:
+            continue  # that process ended
+        except (AttributeError, OSError):
+            return os.cpu_count() or 1
+    return len(cpus) or os.cpu_count() or 1
+
+
+def _last_pid(root: str) -> int | None:
+    """The PID last allocated in the reader's PID namespace (``<root>/loadavg``'s last field)."""
+    try:
+        return int(_read(f"{root}/loadavg").split()[4])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _smaps_pss(root: str, pid: int) -> int | None:
+    """``Pss:`` of ``<root>/<pid>/smaps_rollup`` in bytes; None when the process is gone.
+
+    The kernel walks the process's page tables to answer (17 ms per GiB mapped on the VM
+    of ``benchmarks/job_tick.py``), holding its mmap lock for reading, which it lets go
+    when a writer waits (Linux 5.10+).
+    """
+    try:
+        text = _read_record(f"{root}/{pid}/smaps_rollup")
+    except (FileNotFoundError, ProcessLookupError):  # ended; ESRCH for a zombie
+        return None
+    start = text.find("\nPss:")
+    if start < 0:
+        return 0  # no memory mapped (a kernel thread)
+    return int(text[start + 5 : text.index("kB", start)]) * 1024
 
 
 class ProcfsSource:
@@ -173,11 +289,11 @@ class ProcfsSource:
     def process(self, pid: int) -> ProcStat | None:
         """Parse ``/proc/<pid>/stat`` (one read gives CPU, threads, RSS and start time)."""
         try:
-            text = _read(f"{self.root}/{pid}/stat")
+            text = _read_record(f"{self.root}/{pid}/stat")
         except (FileNotFoundError, ProcessLookupError):
             return None
-        f = text[text.rindex(")") + 2 :].split()
-        # f[0] is field 3 (state); field n is f[n - 3].
+        # f[0] is field 3 (state); field n is f[n - 3]; split no further than f[21] (rss).
+        f = text[text.rindex(")") + 2 :].split(None, 22)
         tick = self._tick
         return ProcStat(
             cpu_seconds=(int(f[11]) + int(f[12])) / tick,
@@ -185,6 +301,7 @@ class ProcfsSource:
             threads=int(f[17]),
             rss_bytes=int(f[21]) * self._page,
             start_time=int(f[19]) / tick,  # clock ticks since boot
+            ppid=int(f[1]),
         )
 
     def children(self, pid: int) -> list[int]:
@@ -208,6 +325,18 @@ class ProcfsSource:
             return len(os.sched_getaffinity(pid))
         except (AttributeError, OSError):
             return os.cpu_count() or 1
+
+    def cpus(self, pids: Iterable[int]) -> int:
+        """Size of the union of the affinity masks of ``pids`` (cpusets included)."""
+        return _affinity_union(pids)
+
+    def pss(self, pid: int) -> int | None:
+        """``Pss:`` of ``/proc/<pid>/smaps_rollup`` (Linux 4.14+), bytes."""
+        return _smaps_pss(self.root, pid)
+
+    def last_pid(self) -> int | None:
+        """The last field of ``/proc/loadavg``; None when it cannot be read."""
+        return _last_pid(self.root)
 
     def clock(self) -> float:
         """Seconds since boot (``CLOCK_BOOTTIME``), in whole clock ticks."""
@@ -300,6 +429,7 @@ class PsutilSource:
                     threads=proc.num_threads(),
                     rss_bytes=proc.memory_info().rss,
                     start_time=self._start_time(proc.create_time()),
+                    ppid=proc.ppid(),
                 )
         except (ps.NoSuchProcess, ps.ZombieProcess):
             self._procs.pop(pid, None)
@@ -309,6 +439,10 @@ class PsutilSource:
         if not self._linux:
             return float(create_time)
         return round((create_time - self._boot_time) * self._tick) / self._tick
+
+    def last_pid(self) -> int | None:
+        """``/proc/loadavg``'s last field on Linux; None elsewhere."""
+        return _last_pid("/proc") if self._linux else None
 
     def clock(self) -> float:
         """Wall-clock seconds; seconds since boot in whole clock ticks on Linux."""
@@ -328,6 +462,30 @@ class PsutilSource:
             return len(self._proc(pid).cpu_affinity())
         except (AttributeError, self.psutil.Error):
             return self.psutil.cpu_count() or 1
+
+    def cpus(self, pids: Iterable[int]) -> int:
+        """Size of the union of the affinity masks of ``pids``; the CPU count on macOS."""
+        ps = self.psutil
+        cpus: set[int] = set()
+        for pid in pids:
+            try:
+                cpus.update(self._proc(pid).cpu_affinity())
+            except (ps.NoSuchProcess, ps.ZombieProcess):
+                self._procs.pop(pid, None)
+            except (AttributeError, ps.Error):
+                return ps.cpu_count() or 1
+        return len(cpus) or ps.cpu_count() or 1
+
+    def pss(self, pid: int) -> int | None:
+        """``Pss:`` of ``/proc/<pid>/smaps_rollup`` on Linux, bytes.
+
+        Raises:
+            OSError: not Linux (macOS and Windows have no proportional set size).
+
+        """
+        if not sys.platform.startswith("linux"):
+            raise OSError(errno.ENOSYS, "the proportional set size needs Linux smaps_rollup")
+        return _smaps_pss("/proc", pid)
 
 
 def default_source() -> HostSource:

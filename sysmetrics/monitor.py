@@ -20,6 +20,7 @@ from typing_extensions import Unpack
 from sysmetrics._checks import positive_int
 from sysmetrics.collectors.base import Collector, SystemMetricsWarning, quote
 from sysmetrics.collectors.defaults import OPTIONS, CollectorOptions, check_options, host_collectors
+from sysmetrics.host import Job
 from sysmetrics.reader import Reader, Sample, _Series
 
 log = logging.getLogger("sysmetrics")
@@ -141,6 +142,9 @@ class SystemMonitor:
     """The current training step, stamped on each :class:`~sysmetrics.reader.Sample`;
     callbacks set it, None where no one does."""
 
+    job: Job
+    """The watched processes (``job.watch(pids)`` adds the trees of other ranks)."""
+
     def __init__(
         self,
         interval: float = 1.0,
@@ -163,7 +167,8 @@ class SystemMonitor:
         self._clock = clock or Clock()
         if collectors is None:
             self.options = check_options(options)
-            self._collectors: list[Collector] = host_collectors(**options)
+            self.job = Job(self.options["pid"] or os.getpid())
+            self._collectors: list[Collector] = host_collectors(job=self.job, **options)
         else:
             if options:
                 raise TypeError(
@@ -172,6 +177,7 @@ class SystemMonitor:
                     "replaces; configure your collectors instead"
                 )
             self.options = check_options({})
+            self.job = Job(os.getpid())  # for the collectors given, where they take it
             for c in collectors:
                 if not isinstance(c, Collector):
                     raise TypeError(
@@ -179,7 +185,7 @@ class SystemMonitor:
                         "(it needs name, sample(), aggregation() and close())"
                     )
             self._collectors = list(collectors)
-        self.pid: int = self.options["pid"] or os.getpid()
+        self.pid: int = self.job.pid
         self.step = None
         self._series: dict[str, _Series] = {}
         self._readers: list[weakref.ref[Reader]] = []

@@ -31,7 +31,7 @@ from sysmetrics.collectors.openmetrics import Filters, OpenMetricsCollector
 from sysmetrics.collectors.process import ProcessCollector
 from sysmetrics.collectors.tpu import TPUCollector
 from sysmetrics.collectors.trainium import TrainiumCollector
-from sysmetrics.host import HostSource, default_source
+from sysmetrics.host import HostSource, Job, default_source
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -165,9 +165,14 @@ class Context:
     """What every default collector is built from: the options and shared handles."""
 
     options: Mapping[str, Any]  # every option, validated, defaults filled in
-    pid: int  # the watched process
+    job: Job  # the watched processes: the process, or every local rank (job.watch)
     source: HostSource  # procfs or psutil
     cgroup: Cgroup | None  # the watched process's cgroup, where there is one
+
+    @property
+    def pid(self) -> int:
+        """The watched process (the job's first root)."""
+        return self.job.pid
 
     @property
     def tree(self) -> bool:
@@ -192,7 +197,7 @@ def _open_metrics(c: Context) -> Collector | None:
 # In order. The ones that may raise on a bad option come before the accelerators that
 # open handles, NVML last.
 DEFAULT_SET: tuple[Callable[[Context], Collector | None], ...] = (
-    lambda c: ProcessCollector(c.source, c.pid, c.tree, c.cgroup),
+    lambda c: ProcessCollector(c.source, c.pid, c.tree, c.cgroup, job=c.job),
     lambda c: CPUCollector(c.source),
     lambda c: MemoryCollector(c.source, c.cgroup),
     lambda c: DiskCollector(c.source, c.options["disk_paths"]),
@@ -200,22 +205,25 @@ DEFAULT_SET: tuple[Callable[[Context], Collector | None], ...] = (
     _open_metrics,
     lambda c: AMDCollector.create(c.options["rocm_smi_path"]),
     lambda c: AppleCollector.create(),
-    lambda c: TrainiumCollector.create(c.source, c.pid, c.tree),
+    lambda c: TrainiumCollector.create(c.source, c.job, c.tree),
     lambda c: TPUCollector.create(),
-    lambda c: IPUCollector.create(c.source, c.pid, c.tree),
-    lambda c: NvidiaCollector.create(c.source, c.pid, c.options["gpu_ids"], c.tree),
+    lambda c: IPUCollector.create(c.source, c.job, c.tree),
+    lambda c: NvidiaCollector.create(c.source, c.job, c.options["gpu_ids"], c.tree),
 )
 
 
 def host_collectors(
     *,
     source: HostSource | None = None,
+    job: Job | None = None,
     **options: Unpack[CollectorOptions],
 ) -> list[Collector]:
     """The default collectors: host ones, and the accelerators found here.
 
     Args:
         source: where host values are read (procfs or psutil); the best one here by default.
+        job: the watched processes, shared by the collectors that attribute to them;
+            the ``pid`` option's process (this one by default) alone otherwise.
         **options: see :data:`OPTIONS`.
 
     Raises:
@@ -225,8 +233,8 @@ def host_collectors(
 
     """
     checked = check_options(options)
-    watched = checked["pid"] or os.getpid()
-    context = Context(checked, watched, source or default_source(), find_cgroup(pid=watched))
+    job = job or Job(checked["pid"] or os.getpid())
+    context = Context(checked, job, source or default_source(), find_cgroup(pid=job.pid))
     made: list[Collector] = []
     try:
         for make in DEFAULT_SET:

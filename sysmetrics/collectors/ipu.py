@@ -10,7 +10,7 @@ from sysmetrics import _optional
 from sysmetrics.collectors._values import CELSIUS, GT_S, MHZ, PERCENT, WATTS, Range, checked
 from sysmetrics.collectors.base import Aggregation, BaseCollector
 from sysmetrics.collectors.process import process_tree
-from sysmetrics.host import HostSource
+from sysmetrics.host import HostSource, Job
 
 log = logging.getLogger("sysmetrics")
 
@@ -60,7 +60,7 @@ class IPUCollector(BaseCollector):
     Args:
         info: a ``gcipuinfo.gcipuinfo()`` object.
         source: the host readings (for the process tree).
-        pid: the training process.
+        pid: the training process, or the job (every local rank's tree).
         track_process_tree: count IPUs opened by descendants too.
 
     """
@@ -68,17 +68,18 @@ class IPUCollector(BaseCollector):
     name = "ipu"
 
     def __init__(
-        self, info: Any, source: HostSource, pid: int, track_process_tree: bool = True
+        self, info: Any, source: HostSource, pid: int | Job, track_process_tree: bool = True
     ) -> None:
         self.info = info
         self.source = source
-        self.pid = pid
+        self.job = pid if isinstance(pid, Job) else Job(pid)  # the watched roots
+        self.pid = self.job.pid
         self.track_process_tree = track_process_tree
         self._reported: dict[str, float] = {}
 
     @classmethod
     def create(
-        cls, source: HostSource, pid: int, track_process_tree: bool = True
+        cls, source: HostSource, pid: int | Job, track_process_tree: bool = True
     ) -> IPUCollector | None:
         """The collector where ``gcipuinfo`` imports and lists an IPU; else None (debug line)."""
         module = _optional.gcipuinfo()
@@ -97,7 +98,7 @@ class IPUCollector(BaseCollector):
 
     def sample(self) -> dict[str, float]:
         """Read every device's attributes; return the changed metrics of ours."""
-        tree = {p for p, _ in process_tree(self.source, self.pid, self.track_process_tree)}
+        tree = {p for p, _ in process_tree(self.source, self.job.roots, self.track_process_tree)}
         out: dict[str, float] = {}
         for device in self.info.getDevices():
             attrs = dict(device)

@@ -15,7 +15,7 @@ from typing import Any, Union
 from sysmetrics import _optional
 from sysmetrics.collectors.base import BaseCollector, SystemMetricsWarning
 from sysmetrics.collectors.process import process_tree
-from sysmetrics.host import HostSource
+from sysmetrics.host import HostSource, Job
 
 log = logging.getLogger("sysmetrics")
 
@@ -171,7 +171,7 @@ class NvidiaCollector(BaseCollector):
     Args:
         nvml: the initialised ``pynvml`` module.
         gpu_ids: CUDA indices or UUIDs to watch; all visible GPUs by default.
-        pid: the root of the process tree.
+        pid: the root of the process tree, or the job (every local rank's tree).
         track_process_tree: attribute GPU use of descendants too.
         source: host readings, to find the process tree.
         proc_root: procfs, for the device files fallback.
@@ -189,14 +189,15 @@ class NvidiaCollector(BaseCollector):
         self,
         nvml: ModuleType | Any,
         source: HostSource,
-        pid: int,
+        pid: int | Job,
         gpu_ids: Sequence[GpuId] | None = None,
         track_process_tree: bool = True,
         proc_root: str = "/proc",
     ) -> None:
         self.nvml = nvml
         self.source = source
-        self.pid = pid
+        self.job = pid if isinstance(pid, Job) else Job(pid)  # the watched roots
+        self.pid = self.job.pid
         self.track_process_tree = track_process_tree
         self.proc_root = proc_root
         self._minors: tuple[float, set[int]] | None = None
@@ -208,7 +209,7 @@ class NvidiaCollector(BaseCollector):
     def create(
         cls,
         source: HostSource,
-        pid: int,
+        pid: int | Job,
         gpu_ids: Sequence[GpuId] | None = None,
         track_process_tree: bool = True,
         nvml: ModuleType | Any | None = None,
@@ -295,7 +296,7 @@ class NvidiaCollector(BaseCollector):
     def sample(self) -> dict[str, float]:
         """Every field of every watched GPU, and the same for the GPUs the tree uses."""
         nvml = self.nvml
-        tree = {p for p, _ in process_tree(self.source, self.pid, self.track_process_tree)}
+        tree = {p for p, _ in process_tree(self.source, self.job.roots, self.track_process_tree)}
         out: dict[str, float] = {}
         # Devices whose NVML PIDs are all outside our PID space, with their values.
         foreign: list[tuple[_Device, dict[str, float]]] = []

@@ -1,57 +1,126 @@
-"""The training process and its descendants: ``cpu``, threads and resident memory."""
+"""The job's processes and their descendants: ``cpu``, threads, resident and shared memory.
+
+The job is the training process, or every local rank of a distributed run.
+"""
 
 from __future__ import annotations
 
+import logging
+import math
+import threading
 import time
 
 from sysmetrics.cgroup import Cgroup
 from sysmetrics.collectors.base import BaseCollector, MiB
-from sysmetrics.host import HostSource, ProcStat
+from sysmetrics.host import HostSource, Job, ProcStat
+
+log = logging.getLogger("sysmetrics")
 
 _SAME = 1e-6  # seconds: start times closer than this are the same clock tick
 
 
-def process_tree(source: HostSource, pid: int, descendants: bool = True) -> list[tuple[int, int]]:
-    """(pid, parent pid) of ``pid`` and, with ``descendants``, of every descendant."""
-    out = [(pid, 0)]
+def process_tree(
+    source: HostSource, pid: int | tuple[int, ...], descendants: bool = True
+) -> list[tuple[int, int]]:
+    """(pid, parent pid) of ``pid`` (or of each root of a tuple) and of its descendants.
+
+    Descendants only with ``descendants``; each process once, also where one root descends
+    from another (Lightning's ``ddp`` launcher starts rank 1 as a child of rank 0).
+    """
+    roots = (pid,) if isinstance(pid, int) else pid
+    out = [(root, 0) for root in dict.fromkeys(roots)]
     if descendants:
+        seen = {p for p, _ in out}
         i = 0
         while i < len(out):
             parent = out[i][0]
-            out.extend((child, parent) for child in source.children(parent))
+            for child in source.children(parent):
+                if child not in seen:
+                    seen.add(child)
+                    out.append((child, parent))
             i += 1
     return out
 
 
 class ProcessCollector(BaseCollector):
-    """CPU, threads and memory of one process, by default with all its descendants.
+    """CPU, threads and memory of the job's processes, by default with all their descendants.
+
+    The job is one process (``pid``) or the roots of several trees (every local rank,
+    :meth:`Job.watch <sysmetrics.host.Job.watch>`); ``job.roots`` is read once per sample.
 
     Keys:
 
-    - ``cpu``: CPU used by the process tree since the previous sample, percent of the CPUs
-      available to the process (its affinity mask, capped by the cgroup CPU quota), so a
-      tree keeping every available CPU busy reads 100. The first sample is the average
-      since the process started. Children that ended and were reaped inside the tree are
-      counted up to their end.
-    - ``proc.cpu.threads``: threads of the tree (count).
-    - ``proc.memory.rssMB``: resident set size of the tree, MiB (with ``.max``). Pages shared
+    - ``cpu``: CPU used by the job since the previous sample, percent of the CPUs available
+      to it (the union of the roots' affinity masks, read at each walk, capped by the cgroup
+      CPU quota), so a job keeping every available CPU busy reads 100. The first sample is
+      the average since the earliest root started. Children that ended and were reaped
+      inside the tree are counted up to their end.
+    - ``proc.cpu.threads``: threads of the job (count).
+    - ``proc.memory.rssMB``: resident set size of the job, MiB (with ``.max``). Pages shared
       by forked workers count once per process, as ``ps`` shows them.
-    - ``proc.memory.percent``: that RSS as a percent of system memory, or of the cgroup
+    - ``proc.memory.pssMB``: proportional set size of the job, MiB (with ``.max``): each
+      shared page split among the processes mapping it, so pages shared by forked workers
+      count once in all. Linux only (``smaps_rollup``), left out where a process of the job
+      cannot be read (another user's). The kernel walks every mapped page to answer (up to
+      tens of ms per GiB, per process mapping it), so it is read on a thread of its own:
+      every ``pss_interval_s``, or every 100 readings' durations when longer (at most 1 %
+      of a core), and at once when the roots change. Each sample reports the latest
+      reading, left out once older than two of those periods.
+    - ``proc.memory.percent``: the RSS as a percent of system memory, or of the cgroup
       memory limit when that is lower.
 
-    Descendants are found by following ``/proc/<pid>/task/<tid>/children`` from the root
-    (psutil elsewhere), so the cost grows with the tree, not with the machine's process count.
+    Descendants are found by following ``/proc/<pid>/task/<tid>/children`` from the roots
+    (psutil elsewhere), so the cost grows with the tree, not with the machine's process
+    count. That walk reads one file per thread (dozens per PyTorch process: 25 times the
+    cost of reading the counters), so it is redone only when the tree may have changed:
+    at the first sample after the roots change, when a process of the tree was
+    re-parented (its parent ended), and when a PID was allocated in this PID namespace
+    since the last walk (``/proc/loadavg``: a process or thread was born somewhere), at
+    most once per ``rediscover_min_s`` and at least once per ``rediscover_max_s``. Where
+    the source cannot tell (psutil on macOS and Windows), every ``rediscover_ticks``
+    samples. The samples in between read the known processes' counters only, and check
+    their parents. What that means:
+
+    - a process born between two walks shows (threads, memory) from the walk that finds
+      it, and its whole CPU time since birth counts there, so none is lost;
+    - a process that ended since the previous sample is dropped at once; its CPU since that
+      sample counts when a process of the tree reaps it (the parent's children time);
+    - a process that ends without being reaped inside the tree (a root, which its launcher
+      reaps; a worker whose parent ended first, re-parented to init) loses its CPU since
+      the previous sample, all of it if no walk found it alive. Walks follow births within
+      ``rediscover_min_s`` (0.5 s), so that takes a process living less than that or one
+      interval; walking every sample narrows the window to one interval, as before.
 
     Args:
         source: the host readings.
-        pid: the root process.
+        pid: the root process, when no ``job`` is given.
         track_process_tree: include descendants (DataLoader workers, spawned helpers).
         cgroup: the root's cgroup, for the CPU quota and memory limit.
+        job: the watched roots, shared with the monitor; ``Job(pid)`` by default.
+
+    Attributes:
+        rediscover_min_s: seconds at least between two walks, roots changes aside.
+        rediscover_max_s: seconds at most between two walks (0: walk at every sample).
+        rediscover_ticks: samples between two walks where no PID counter is known.
+        pss_interval_s: seconds between two readings of the proportional set size.
 
     """
 
     name = "process"
-    peak_keys = frozenset({"rssMB"})
+    peak_keys = frozenset({"rssMB", "pssMB"})
+
+    # Under PID churn (other processes forking all the time), at most two walks a second:
+    # one per sample at the default 1 s interval, whatever the timer jitter, and one per 5
+    # or more samples at shorter intervals. A walk a minute in any case, in case a change
+    # went unseen; it costs a few µs per process and tick at 1 s.
+    rediscover_min_s = 0.5
+    rediscover_max_s = 60.0
+    rediscover_ticks = 10
+    # Memory grows over minutes; a 10 s period shows it soon enough. A reading that takes
+    # longer than 0.1 s spaces them further (a 4 GiB rank with 8 forked workers took 0.6 s
+    # in benchmarks/job_tick.py: a reading a minute).
+    pss_interval_s = 10.0
+    pss_first_wait_s = 0.2  # the first sample waits this long for the first reading
 
     def __init__(
         self,
@@ -59,69 +128,187 @@ class ProcessCollector(BaseCollector):
         pid: int,
         track_process_tree: bool = True,
         cgroup: Cgroup | None = None,
+        job: Job | None = None,
     ) -> None:
         self.source = source
-        self.pid = pid
+        self.job = job or Job(pid)
         self.track_process_tree = track_process_tree
         self.cpu_quota = cgroup.cpu_limit() if cgroup else None
         limit = cgroup.memory_limit() if cgroup else None
         total = source.memory()[0]
         self.memory_total = min(total, limit) if limit else total
-        # pid -> (stat, parent pid) at the previous sample
+        # pid -> (stat, parent pid) at the previous sample; its keys are the processes the
+        # samples between two walks read.
         self._prev: dict[int, tuple[ProcStat, int]] = {}
         self._prev_time = 0.0  # time.monotonic() of the previous sample's counter reads
-        self._prev_clock = 0.0  # source.clock() before the previous sample's tree walk
+        self._walked: tuple[int, ...] = ()  # the roots of the latest walk
+        self._walk_time = 0.0  # time.monotonic() of the latest walk
+        self._walk_clock = 0.0  # source.clock() before the latest walk
+        self._walk_pid: int | None = None  # source.last_pid() before the latest walk
+        self._moved = False  # a process changed parents since the latest walk
+        self._ticks = 0  # samples since the latest walk
+        self._cpus = 1.0  # available CPUs, as of the latest walk
+        self._pss_lock = threading.Lock()
+        self._pss_reading: threading.Thread | None = None  # the reading under way
+        self._pss: int | None = None  # bytes, the latest reading (None: not readable)
+        self._pss_time = -math.inf  # time.monotonic() when it began
+        self._pss_roots: tuple[int, ...] = ()  # the roots it covered
+        self._pss_asked: tuple[int, ...] = ()  # the roots of the latest reading begun
+        self._pss_period = self.pss_interval_s  # seconds between two readings
+        self._pss_logged = False
+
+    @property
+    def pid(self) -> int:
+        """The first root: the process the collector was made for."""
+        return self.job.pid
 
     @property
     def available_cpus(self) -> float:
-        """CPUs the process may use: its affinity mask, capped by the cgroup CPU quota."""
-        n = float(self.source.cpu_count(self.pid))
+        """CPUs the job may use: the union of the roots' affinity, capped by the CPU quota."""
+        return self._available(self.job.roots)
+
+    def _available(self, roots: tuple[int, ...]) -> float:
+        n = float(self.source.cpus(roots))
         return min(n, self.cpu_quota) if self.cpu_quota else n
 
     def tree(self) -> list[tuple[int, int]]:
-        """(pid, parent pid) of the root and, when tracking, every descendant."""
-        return process_tree(self.source, self.pid, self.track_process_tree)
+        """(pid, parent pid) of every root and, when tracking, every descendant (a walk)."""
+        return process_tree(self.source, self.job.roots, self.track_process_tree)
+
+    def _walk_due(self, roots: tuple[int, ...], now: float) -> bool:
+        """Whether the tree may have changed since the latest walk (see the class doc)."""
+        since = now - self._walk_time
+        if roots != self._walked or self._moved or since >= self.rediscover_max_s:
+            return True
+        if since < self.rediscover_min_s or not self.track_process_tree:
+            return False
+        if self._walk_pid is None:
+            return self._ticks >= self.rediscover_ticks
+        return self.source.last_pid() != self._walk_pid
 
     def sample(self) -> dict[str, float]:
-        """CPU percent, threads, RSS and memory percent of the process (tree)."""
-        # A process missing from this walk and born after this reading is new at the next
-        # sample: its whole CPU time counts there.
-        clock = self.source.clock()
-        tree = self.tree()
+        """CPU percent, threads, RSS, PSS and memory percent of the job.
+
+        Raises:
+            ProcessLookupError: every root has ended.
+
+        """
+        roots = self.job.roots
+        self._ticks += 1
+        walk = self._walk_due(roots, time.monotonic())
+        if walk:
+            # A process missing from this walk and born after this reading is new at the
+            # next walk: its whole CPU time counts there.
+            clock, last_pid = self.source.clock(), self.source.last_pid()
+            members = process_tree(self.source, roots, self.track_process_tree)
+            cpus = self._available(roots)
+        else:
+            members = [(pid, parent) for pid, (_, parent) in self._prev.items()]
         # Time-stamp the counter reads themselves, not the tree walk before them: under a
         # busy training thread every read can wait for the GIL, and a stamp taken far from
         # the reads turns that wait into phantom CPU percent.
         start = time.monotonic()
         now = self.source.clock()
         stats: dict[int, tuple[ProcStat, int]] = {}
-        for pid, parent in tree:
+        for pid, parent in members:
             st = self.source.process(pid)
-            if st is not None:
-                stats[pid] = (st, parent)
+            if st is None:
+                continue
+            if not walk:
+                if abs(self._prev[pid][0].start_time - st.start_time) >= _SAME:
+                    continue  # the process ended and its PID was reused outside the job
+                if parent and st.ppid and st.ppid != parent:
+                    self._moved = True  # its parent ended: walk again at the next sample
+            stats[pid] = (st, parent)
         mono = (start + time.monotonic()) / 2
-        if self.pid not in stats:
-            raise ProcessLookupError(f"process {self.pid} no longer exists")
+        alive = [stats[r][0].start_time for r in roots if r in stats]
+        if not alive:
+            raise ProcessLookupError(f"processes {list(roots)} no longer exist")
 
-        cpu = self._cpu_seconds(stats)
-        # The first sample is the average since the root started.
-        elapsed = mono - self._prev_time if self._prev else now - stats[self.pid][0].start_time
-        self._prev, self._prev_time, self._prev_clock = stats, mono, clock
+        born_after = self._walk_clock  # the clock before the walk before this one
+        if walk:
+            self._walked, self._walk_time, self._walk_clock = roots, start, clock
+            self._walk_pid, self._moved, self._ticks, self._cpus = last_pid, False, 0, cpus
+        cpu = self._cpu_seconds(stats, born_after)
+        # The first sample is the average since the earliest root started.
+        elapsed = mono - self._prev_time if self._prev else now - min(alive)
+        self._prev, self._prev_time = stats, mono
 
         rss = sum(st.rss_bytes for st, _ in stats.values())
-        return {
-            "cpu": cpu / elapsed / self.available_cpus * 100.0 if elapsed > 0 else 0.0,
+        out = {
+            "cpu": cpu / elapsed / self._cpus * 100.0 if elapsed > 0 else 0.0,
             "proc.cpu.threads": float(sum(st.threads for st, _ in stats.values())),
             "proc.memory.rssMB": rss / MiB,
             "proc.memory.percent": rss / self.memory_total * 100.0,
         }
+        pss = self._pss_bytes(roots, stats, mono)
+        if pss is not None:
+            out["proc.memory.pssMB"] = pss / MiB
+        return out
+
+    def _pss_bytes(
+        self, roots: tuple[int, ...], stats: dict[int, tuple[ProcStat, int]], now: float
+    ) -> int | None:
+        """The latest PSS reading of the job, when current; begins the next one when due."""
+        with self._pss_lock:
+            first = self._pss_asked == ()
+            reading = self._pss_reading
+            if reading is None and (
+                now - self._pss_time >= self._pss_period or roots != self._pss_asked
+            ):
+                self._pss_asked = roots
+                reading = self._pss_reading = threading.Thread(
+                    target=self._read_pss,
+                    args=(roots, tuple(stats), now),
+                    name="sysmetrics-pss",
+                    daemon=True,
+                )
+                reading.start()
+                self._own_birth(reading.native_id)
+        if first and reading is not None:
+            reading.join(self.pss_first_wait_s)  # small jobs: the key from the first sample
+        with self._pss_lock:
+            current = self._pss_roots == roots and now - self._pss_time <= 2 * self._pss_period
+            return self._pss if current else None
+
+    def _own_birth(self, tid: int | None) -> None:
+        """Take the PSS thread just started (``tid``) off the births a walk looks for.
+
+        PIDs are given in sequence: when ours is the only one since the latest walk's
+        reading, nothing else was born and the tree needs no walk for it.
+        """
+        last = self._walk_pid
+        if last is not None and tid == last + 1 and self.source.last_pid() == tid:
+            self._walk_pid = tid
+
+    def _read_pss(self, roots: tuple[int, ...], pids: tuple[int, ...], began: float) -> None:
+        """Sum the PSS of ``pids`` (the reading thread) and publish it."""
+        total: int | None = None
+        try:
+            total = sum(self.source.pss(pid) or 0 for pid in pids)  # None: it ended
+        except (OSError, ValueError) as exc:  # not Linux, or another user's process
+            if not self._pss_logged:  # None: a partial sum would pass for the job's
+                self._pss_logged = True
+                log.debug("proc.memory.pssMB left out: %s", exc)
+        finally:
+            took = time.monotonic() - began
+            with self._pss_lock:
+                self._pss, self._pss_time, self._pss_roots = total, began, roots
+                self._pss_period = max(self.pss_interval_s, 100.0 * took)
+                self._pss_reading = None
 
     def _own(self, st: ProcStat) -> float:
         if self.track_process_tree:
             return st.cpu_seconds + st.children_cpu_seconds
         return st.cpu_seconds
 
-    def _cpu_seconds(self, stats: dict[int, tuple[ProcStat, int]]) -> float:
-        """CPU seconds the tree used since the previous sample (since start on the first)."""
+    def _cpu_seconds(self, stats: dict[int, tuple[ProcStat, int]], born_after: float) -> float:
+        """CPU seconds the job used since the previous sample (since start on the first).
+
+        A process seen for the first time counts whole when it started at or after
+        ``born_after`` (the clock reading before the previous walk, which could not have
+        found it), and from now on otherwise (an older process that joined: a new root).
+        """
         if not self._prev:
             return sum(self._own(st) for st, _ in stats.values())
         used = 0.0
@@ -134,8 +321,8 @@ class ProcessCollector(BaseCollector):
                 used += st.cpu_seconds - prev[0].cpu_seconds
                 if self.track_process_tree:
                     reaped[pid] = st.children_cpu_seconds - prev[0].children_cpu_seconds
-            elif st.start_time >= self._prev_clock - _SAME:
-                used += self._own(st)  # born since the previous sample's walk began
+            elif st.start_time >= born_after - _SAME:
+                used += self._own(st)  # born since the previous walk began
             # else: an older process that just joined the tree; it is counted from now on
         if self.track_process_tree:
             # A child that ended and was reaped moved its whole CPU time into its parent's

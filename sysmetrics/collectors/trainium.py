@@ -17,7 +17,7 @@ from typing import Any
 from sysmetrics.collectors._values import BYTES, PERCENT, Range, checked, field, number
 from sysmetrics.collectors.base import BackgroundCollector, find_tool, stop_child
 from sysmetrics.collectors.process import process_tree
-from sysmetrics.host import HostSource
+from sysmetrics.host import HostSource, Job
 
 log = logging.getLogger("sysmetrics")
 
@@ -117,7 +117,7 @@ class TrainiumCollector(BackgroundCollector):
     Args:
         path: the ``neuron-monitor`` executable.
         source: host readings, to find the process tree.
-        pid: the root of the process tree.
+        pid: the root of the process tree, or the job (every local rank's tree).
         track_process_tree: match runtimes of descendants too.
 
     """
@@ -129,9 +129,11 @@ class TrainiumCollector(BackgroundCollector):
     peak_keys = frozenset({"host_total_memory_usage", "neuron_device_total_memory_usage"})
 
     def __init__(
-        self, path: str, source: HostSource, pid: int, track_process_tree: bool = True
+        self, path: str, source: HostSource, pid: int | Job, track_process_tree: bool = True
     ) -> None:
-        self.path, self.source, self.pid = path, source, pid
+        self.path, self.source = path, source
+        self.job = pid if isinstance(pid, Job) else Job(pid)  # the watched roots
+        self.pid = self.job.pid
         self.track_process_tree = track_process_tree
         self.process: subprocess.Popen[str] | None = None
         self._config: str | None = None
@@ -139,7 +141,7 @@ class TrainiumCollector(BackgroundCollector):
 
     @classmethod
     def create(
-        cls, source: HostSource, pid: int, track_process_tree: bool = True
+        cls, source: HostSource, pid: int | Job, track_process_tree: bool = True
     ) -> TrainiumCollector | None:
         """The collector where ``neuron-monitor`` is found; None (one debug line) otherwise."""
         path = find_tool("neuron-monitor", NEURON_LOCATIONS)
@@ -169,7 +171,9 @@ class TrainiumCollector(BackgroundCollector):
             except (ValueError, RecursionError):
                 log.debug("sysmetrics: neuron-monitor line skipped: %.100r", line)
                 continue  # a partial, non-JSON or absurdly nested line
-            tree = {p for p, _ in process_tree(self.source, self.pid, self.track_process_tree)}
+            tree = {
+                p for p, _ in process_tree(self.source, self.job.roots, self.track_process_tree)
+            }
             self._set_latest(parse_neuron_monitor(doc, tree))
         if not self._closed.is_set():
             code = self.process.poll()
