@@ -22,6 +22,11 @@ def logged_step(trainer: pl.Trainer) -> int:
     return int(trainer.fit_loop.epoch_loop._batches_that_stepped)
 
 
+def log_every_n_steps(trainer: pl.Trainer) -> int:
+    """``Trainer(log_every_n_steps=...)``: the trainer keeps it as an untyped attribute."""
+    return int(getattr(trainer, "log_every_n_steps", 50))
+
+
 def on_train_step_log(trainer: pl.Trainer, hook: Callable[[int, bool], None]) -> Callable[[], None]:
     """Call ``hook(step, trainer_logs)`` where the trainer decides to log its step metrics.
 

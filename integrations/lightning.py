@@ -35,8 +35,13 @@ class SystemMetricsCallback(Callback):
     ``disk./.usagePercent``, ...; see the README's table), after ``prefix`` joined with
     each logger's ``group_separator``.
 
-    In distributed training the local rank 0 of each node samples and global rank 0 logs,
-    so there is one point per logging step; no collective call is made.
+    In distributed training the local rank 0 of each node samples the whole job on its
+    node (every local rank's process tree, learned with one all-gather at train start),
+    and global rank 0 logs. On one node there is one point per logging step and no other
+    collective call. On several nodes each logging step gathers every node's numbers (one
+    all-gather) and logs them as ``node{k}/<key>`` with ``nodes_min/<key>`` and
+    ``nodes_max/<key>``; the decision to log is then taken from the step alone
+    (``log_every_n_steps``), so the stopping step gets no extra point.
 
     Args:
         interval: seconds between samples (default 1.0).
@@ -88,12 +93,12 @@ class SystemMetricsCallback(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        undo: list[Callable[[], None]] = []
-        if trainer.is_global_zero:
-            hook = functools.partial(self._on_step_log, trainer)
-            undo.append(_lightning.on_train_step_log(trainer, hook))
-            if self.core.console:
-                undo.append(_lightning.show_in_progress_bar(trainer, self._shown.copy))
+        # Every rank decides at every step: with several nodes, each logging point gathers
+        # the nodes' numbers, a collective every rank must join.
+        hook = functools.partial(self._on_step_log, trainer)
+        undo: list[Callable[[], None]] = [_lightning.on_train_step_log(trainer, hook)]
+        if trainer.is_global_zero and self.core.console:
+            undo.append(_lightning.show_in_progress_bar(trainer, self._shown.copy))
         self._shown.clear()
 
         def cleanup() -> None:
@@ -102,7 +107,9 @@ class SystemMetricsCallback(Callback):
 
         # trainer.log_dir is a broadcast: every rank asks for it, or none does.
         run_dir = trainer.log_dir if self.core.run_file is True else None
-        self.core.start(sample=trainer.local_rank == 0, cleanup=cleanup, run_dir=run_dir)
+        self.core.start(
+            sample=trainer.local_rank == 0, cleanup=cleanup, run_dir=run_dir, node=trainer.node_rank
+        )
 
     @override
     def on_train_batch_start(
@@ -112,18 +119,24 @@ class SystemMetricsCallback(Callback):
         self.core.set_step(_lightning.logged_step(trainer))
 
     def _on_step_log(self, trainer: pl.Trainer, step: int, trainer_logs: bool) -> None:
-        """Where the trainer decides whether it logs its metrics for ``step``."""
-        if self.core.monitor is None:
+        """Where the trainer decides whether it logs its metrics for ``step`` (every rank)."""
+        core = self.core
+        if core.logging_interval != "step":
             return
-        # The trainer's own gate; with our own cadence, the trainer's last (stopping) step.
-        if self.core.due(step + 1, trainer_logs) or (
-            self.core.logging_interval == "step" and trainer.should_stop
-        ):
+        if core.multi_node:
+            # Every rank must take the same decision, from the step alone: the trainer's
+            # cadence without its stopping step (``should_stop`` may be one rank's).
+            every = _lightning.log_every_n_steps(trainer)
+            due = core.due(step + 1, every > 0 and (step + 1) % every == 0)
+        else:
+            # The trainer's own gate; with our own cadence, the trainer's stopping step.
+            due = core.due(step + 1, trainer_logs) or trainer.should_stop
+        if due:
             self._log(trainer, step)
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.core.logging_interval == "epoch" and trainer.is_global_zero:
+        if self.core.logging_interval == "epoch":
             # Epoch-level metrics are logged at the last step of the epoch.
             self._log(trainer, _lightning.logged_step(trainer) - 1)
 
@@ -142,7 +155,9 @@ class SystemMetricsCallback(Callback):
         self.core.stop()
 
     def _log(self, trainer: pl.Trainer, step: int) -> None:
-        snapshot = self.core.snapshot()  # one window, shared by every logger
+        snapshot = self.core.point()  # one window, shared by every logger; every rank calls
+        if not trainer.is_global_zero:
+            return
         for logger in trainer.loggers:
             metrics = self.core.named(snapshot, getattr(logger, "group_separator", "/"))
             if metrics:

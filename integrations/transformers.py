@@ -37,7 +37,11 @@ class SystemMetricsCallback(TrainerCallback):
     stopping); one is requested if the strategy has none. Evaluation results and the final
     training summary never get system metrics, and no step gets two points.
 
-    The local main process of each node samples; the world main process logs. The monitor
+    The local main process of each node samples the whole job on its node (every local
+    rank's process tree, learned with one all-gather at train start); the world main
+    process logs. On several nodes each point gathers every node's numbers (one
+    all-gather at that step, on every rank) and logs ``node{k}/<key>`` with
+    ``nodes_min/<key>`` and ``nodes_max/<key>``. The monitor
     starts in ``on_train_begin`` and stops in ``on_train_end``; when ``train()`` raises
     instead, it stops within about 0.2 s of the training loop leaving the stack.
 
@@ -165,20 +169,25 @@ class SystemMetricsCallback(TrainerCallback):
         logs: dict[str, Any] | None = None,
         **kw: Any,
     ) -> None:
-        if logs is None or self.core.monitor is None or not state.is_world_process_zero:
+        # Every rank runs this at the same steps (the Trainer logs on every rank), and
+        # decides alike from the step: with several nodes, the point is a collective.
+        if logs is None:
             return
         if "train_runtime" in logs or any(k.startswith(_NOT_TRAINING_LOGS) for k in logs):
             return  # the end-of-training summary, or evaluation results
         step = self._last_log = state.global_step
         if step < 1 or step == self._last_step or not self._due(args, state):
             return  # before the first step nothing is due
-        metrics = self.core.metrics()
+        point = self.core.point()
+        self._last_step = step
+        self._epoch_due = False
+        if not state.is_world_process_zero or not point:
+            return
+        metrics = self.core.named(point)
         logs.update(metrics)
         history = state.log_history
         if history and history[-1].get("step") == step:
             history[-1].update(metrics)
-        self._last_step = step
-        self._epoch_due = False
 
     def _due(self, args: TrainingArguments, state: TrainerState) -> bool:
         """Whether the loss cadence (or ours) has a point at this step."""

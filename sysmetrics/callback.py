@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
 from typing import Any
 
-from sysmetrics import _watch
+from sysmetrics import _watch, distributed
 from sysmetrics._checks import one_or_many, positive_int
 from sysmetrics.collectors.base import SystemMetricsWarning, quote
 from sysmetrics.monitor import MONITOR_OPTIONS, SystemMonitor
@@ -219,6 +219,7 @@ class CallbackCore:
         self.reader: Reader | None = None  # this run's reader of it
         self._extra: list[Reader] = []  # more readers of this run (Keras: the epochs')
         self._sink: JsonlSink | None = None
+        self.layout: distributed.Layout | None = None  # the run's ranks and nodes
         self._names: dict[tuple[str, str], str | None] = {}
         self._produced: set[str] = set()  # every name ``named()`` has given out
         self._lock = threading.Lock()
@@ -231,6 +232,7 @@ class CallbackCore:
         # builds its own at start.
         state = self.__dict__.copy()
         state["_unstarted"] = state["shared"] = None  # a shared monitor stays in its process
+        state["layout"] = None
         state["_lock"] = None
         state["_cancel_watch"] = state["_cleanup"] = None
         return state
@@ -245,18 +247,25 @@ class CallbackCore:
         watch: FrameType | None = None,
         cleanup: Callable[[], None] | None = None,
         run_dir: str | None = None,
+        node: int | None = None,
     ) -> None:
         """Start a run: sample where ``sample`` (one process per node).
 
+        Every rank calls this at train start: in a process group of several ranks it
+        learns the run's layout with one collective (:func:`distributed.layout`), and the
+        sampling process watches the trees of every rank on its node.
+
         Args:
-            sample: whether this process samples.
+            sample: whether this process samples (the node's local rank 0).
             watch: the frame of the framework's training call; when it leaves its
                 thread's stack without :meth:`stop` (the call raised), the run ends.
             cleanup: called once when the run ends, whichever way.
             run_dir: the run's log directory, for ``run_file=True``.
+            node: this rank's node rank, where the framework knows it.
 
         """
         self.stop()
+        self.layout = distributed.layout(node)
         with self._lock:
             self._run += 1
             run = self._run
@@ -287,6 +296,8 @@ class CallbackCore:
             self.reader = monitor.reader()
             monitor.start()  # idempotent; the user stops it
         self.monitor = monitor
+        if self.layout is not None:
+            monitor.job.watch(self.layout.local_pids)  # every rank on this node
         path = self.run_file
         if path is True:
             path = os.path.join(run_dir or ".", RUN_FILE)
@@ -356,6 +367,25 @@ class CallbackCore:
         reader = reader or self.reader
         return reader.snapshot() if reader is not None else {}
 
+    @property
+    def multi_node(self) -> bool:
+        """Whether this run spans several nodes (each logging point is then gathered)."""
+        return self.layout is not None and self.layout.multi_node
+
+    def point(self) -> dict[str, float]:
+        """The metrics of one logging point, un-prefixed; call it on every rank.
+
+        One node: this process's snapshot (empty where it does not sample). Several nodes:
+        one collective gathers each node's snapshot, and every rank gets every node's keys
+        under ``node{k}/`` with ``nodes_min/`` and ``nodes_max/`` (see
+        :func:`distributed.per_node`); only the logging rank uses them.
+        """
+        snapshot = self.snapshot()
+        if not self.multi_node or self.layout is None:
+            return snapshot
+        nodes = distributed.gather(snapshot if self.reader is not None else None, self.layout)
+        return snapshot if nodes is None else distributed.per_node(nodes)
+
     def named(self, snapshot: dict[str, float], separator: str = "/") -> dict[str, float]:
         """``snapshot`` filtered by include/exclude, keys prefixed for one logger."""
         out = {}
@@ -380,6 +410,8 @@ class CallbackCore:
         return self.named(self.snapshot(reader), separator)
 
     def _name(self, key: str, separator: str) -> str | None:
+        node = distributed.NODE_SEGMENT.match(key)  # include/exclude see the plain key
+        segment, key = (node.group(1) + separator, key[node.end() :]) if node else ("", key)
         if self.include and not any(fnmatch.fnmatchcase(key, p) for p in self.include):
             return None
         if any(fnmatch.fnmatchcase(key, p) for p in self.exclude):
@@ -387,7 +419,7 @@ class CallbackCore:
         prefix = self.prefix
         if prefix.endswith("/") and separator != "/":
             prefix = prefix[:-1] + separator
-        return sys.intern(prefix + key)
+        return sys.intern(prefix + segment + key)
 
     def due(self, step: int, default_due: bool) -> bool:
         """Whether a step-granularity point is due at ``step`` (counted from 1)."""

@@ -1,0 +1,48 @@
+"""What the distributed job scripts share: collective counting, CPU spinning, a busy child.
+
+Imported by the scripts in this folder, which ``tests/test_distributed.py`` launches as
+real ranks (gloo on CPU). Every ``torch.distributed.all_gather_object`` call is recorded
+with the training step it happened at, so the test can check that ranks agree and that
+no collective runs on a step that does not log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import torch.distributed as dist
+
+STEP = [-1]  # the step being trained, set by the scripts' callbacks
+CALLS: list[int] = []  # the step of each all_gather_object call
+_original = dist.all_gather_object
+
+
+def _counting(*args: Any, **kwargs: Any) -> Any:
+    CALLS.append(STEP[0])
+    return _original(*args, **kwargs)
+
+
+dist.all_gather_object = _counting
+
+
+def spin(seconds: float) -> None:
+    """Keep one CPU busy for ``seconds``."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def busy_child() -> subprocess.Popen[bytes]:
+    """A child process spinning one CPU: part of this rank's tree."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def write_calls(out: str, rank: int) -> None:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"calls{rank}.json"), "w") as f:
+        json.dump(CALLS, f)

@@ -1,0 +1,82 @@
+"""A Lightning DDP run (gloo, CPU) for tests/test_distributed.py.
+
+Usage: ``python lightning_job.py OUT MODE``. MODE ``nodes``: one rank per node,
+``num_nodes=2`` (the launcher sets ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); node
+1 keeps a busy child process, so its numbers differ from node 0's. MODE ``spawn``: one
+node, two ranks under ``ddp_spawn``, each training step spinning a CPU. Rank 0 writes a
+CSVLogger under OUT; every rank writes the steps of its all-gathers to OUT/calls{rank}.json.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import common  # noqa: E402  # before torch.distributed is used: counts the collectives
+import lightning.pytorch as pl  # noqa: E402
+import torch  # noqa: E402
+from lightning.pytorch.loggers import CSVLogger  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from sysmetrics.integrations.lightning import SystemMetricsCallback  # noqa: E402
+
+
+class Spinning(pl.LightningModule):
+    def __init__(self, spin: float) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 1)
+        self.spin = spin
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        common.spin(self.spin)
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class Marks(pl.Callback):
+    """Records the step for the collective counter; node 1 runs a busy child."""
+
+    def __init__(self, out: str, busy: bool) -> None:
+        self.out, self.busy = out, busy
+        self.child: Any = None
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.busy and trainer.node_rank == 1:
+            self.child = common.busy_child()
+
+    def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
+        common.STEP[0] = trainer.global_step
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.child is not None:
+            self.child.kill()
+            self.child.wait()
+        common.write_calls(self.out, trainer.global_rank)
+
+
+def main() -> None:
+    out, mode = sys.argv[1], sys.argv[2]
+    nodes = mode == "nodes"
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(192, 8, generator=g), torch.randn(192, 1, generator=g))
+    trainer = pl.Trainer(
+        max_epochs=1, log_every_n_steps=4, accelerator="cpu",
+        num_nodes=2 if nodes else 1, devices=1 if nodes else 2,
+        strategy="ddp" if nodes else "ddp_spawn",
+        logger=CSVLogger(out, name="csv"),
+        callbacks=[SystemMetricsCallback(interval=0.1), Marks(out, busy=nodes)],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(Spinning(0.03 if nodes else 0.1), DataLoader(data, batch_size=4))
+
+
+if __name__ == "__main__":
+    main()

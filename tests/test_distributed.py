@@ -1,0 +1,207 @@
+"""Several ranks and nodes, for real: gloo on CPU, ranks launched as real processes.
+
+Two nodes are simulated on this machine by two launches with node ranks 0 and 1 (Lightning:
+``NODE_RANK``, ``num_nodes=2``; torchrun: ``--nnodes 2 --node_rank k``); node 1 keeps a busy
+child process, so its numbers are told apart from node 0's. The job scripts are in
+``tests/jobs/``; they record every ``all_gather_object`` with its step.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sysmetrics import distributed
+
+pytest.importorskip("torch")
+JOBS = Path(__file__).parent / "jobs"
+TIMEOUT = 300
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_all(commands: list[tuple[list[str], dict[str, str]]]) -> None:
+    """Run the launches side by side; fail with their output if one fails."""
+    procs = [
+        subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+        for cmd, env in commands
+    ]  # fmt: skip
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=TIMEOUT)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-4000:]
+
+
+def calls(out: Path, *ranks: int) -> list[list[int]]:
+    """The steps of each all-gather of these ranks (-1: at train start)."""
+    return [json.loads((out / f"calls{r}.json").read_text()) for r in ranks]
+
+
+def csv_rows(out: Path) -> list[dict[str, str]]:
+    (path,) = out.glob("csv/version_0/metrics.csv")
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def steps_with(rows: list[dict[str, str]], column: str) -> list[int]:
+    return sorted(int(r["step"]) for r in rows if r.get(column))
+
+
+def mean_of(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.mean(float(r[key]) for r in rows if r.get(key) not in (None, ""))
+
+
+def test_lightning_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
+    pytest.importorskip("lightning")
+    port = str(free_port())
+    script = str(JOBS / "lightning_job.py")
+    run_all([
+        ([sys.executable, script, str(tmp_path / f"node{k}"), "nodes"],
+         {"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+        for k in (0, 1)
+    ])  # fmt: skip
+    rows = csv_rows(tmp_path / "node0")
+    loss_steps = steps_with(rows, "train_loss")
+    assert loss_steps == [3, 7, 11, 15, 19, 23]
+    keys = ("node0/cpu", "node1/cpu", "nodes_min/cpu", "nodes_max/cpu", "node1/memory",
+            "node0/proc.memory.rssMB", "nodes_max/proc.memory.rssMB.max")  # fmt: skip
+    for key in keys:
+        assert steps_with(rows, f"system/{key}") == loss_steps, key
+    assert not steps_with(rows, "system/cpu")  # one node's numbers are never logged as all's
+    node0, node1 = mean_of(rows, "system/node0/cpu"), mean_of(rows, "system/node1/cpu")
+    assert node1 > node0 + 15, (node0, node1)  # node 1's busy child is in node 1's numbers
+    for r in rows:
+        if r.get("system/node0/cpu"):
+            pair = (float(r["system/node0/cpu"]), float(r["system/node1/cpu"]))
+            assert float(r["system/nodes_min/cpu"]) == min(pair)
+            assert float(r["system/nodes_max/cpu"]) == max(pair)
+    # Both ranks gathered at the same steps: once at train start (the layout), then only
+    # at the logging steps.
+    [rank0], [rank1] = calls(tmp_path / "node0", 0), calls(tmp_path / "node1", 1)
+    assert rank0 == rank1 == [-1, *loss_steps]
+
+
+def test_lightning_ddp_spawn_counts_every_rank_on_the_node(tmp_path: Path) -> None:
+    """Regression: under ddp_spawn rank 1 is not rank 0's child; ``cpu`` read ~50 % of
+    2 CPUs (rank 0 alone) where both ranks kept a CPU busy."""
+    pytest.importorskip("lightning")
+    run_all([([sys.executable, str(JOBS / "lightning_job.py"), str(tmp_path), "spawn"], {})])
+    rows = csv_rows(tmp_path)
+    assert steps_with(rows, "system/cpu") == steps_with(rows, "train_loss")
+    assert not steps_with(rows, "system/node0/cpu")  # one node: today's names
+    assert mean_of(rows, "system/cpu") > 70  # both ranks: ~100 % of the 2 CPUs
+    assert calls(tmp_path, 0, 1) == [[-1], [-1]]  # the layout at train start, nothing per step
+
+
+def torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+def test_transformers_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    port = str(free_port())
+    script = str(JOBS / "transformers_job.py")
+    run_all([
+        (torchrun("--nnodes", "2", "--node_rank", str(k), "--nproc-per-node", "1",
+                  "--master_addr", "127.0.0.1", "--master_port", port,
+                  script, str(tmp_path / f"node{k}"), "nodes"), {})
+        for k in (0, 1)
+    ])  # fmt: skip
+    history = json.loads((tmp_path / "node0" / "log_history.json").read_text())
+    loss_steps = [h["step"] for h in history if "loss" in h]
+    assert loss_steps == [4, 8, 12, 16, 20, 24]
+    for key in ("node0/cpu", "node1/cpu", "nodes_min/cpu", "nodes_max/cpu"):
+        assert [h["step"] for h in history if f"system/{key}" in h] == loss_steps, key
+    assert not any("system/cpu" in h for h in history)
+    node0 = statistics.mean(h["system/node0/cpu"] for h in history if "system/node0/cpu" in h)
+    node1 = statistics.mean(h["system/node1/cpu"] for h in history if "system/node1/cpu" in h)
+    assert node1 > node0 + 15, (node0, node1)
+    [rank0], [rank1] = calls(tmp_path / "node0", 0), calls(tmp_path / "node1", 1)
+    assert rank0 == rank1 == [-1, *loss_steps]
+
+
+def test_transformers_torchrun_counts_every_rank_on_the_node(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    script = str(JOBS / "transformers_job.py")
+    run_all([(torchrun("--standalone", "--nproc-per-node", "2", script, str(tmp_path), "ranks"),
+              {})])  # fmt: skip
+    history = json.loads((tmp_path / "log_history.json").read_text())
+    cpu = [h["system/cpu"] for h in history if "system/cpu" in h]
+    assert len(cpu) == len([h for h in history if "loss" in h]) > 0
+    assert statistics.mean(cpu) > 70  # both ranks: ~100 % of the 2 CPUs
+    assert calls(tmp_path, 0, 1) == [[-1], [-1]]
+
+
+# -- the pure parts ----------------------------------------------------------------------
+
+
+def test_per_node_keys_with_min_and_max() -> None:
+    out = distributed.per_node({1: {"cpu": 80.0, "gpu.0.gpu": 5.0}, 0: {"cpu": 20.0}})
+    assert out == {
+        "node0/cpu": 20.0, "node1/cpu": 80.0, "node1/gpu.0.gpu": 5.0,
+        "nodes_min/cpu": 20.0, "nodes_max/cpu": 80.0,
+        "nodes_min/gpu.0.gpu": 5.0, "nodes_max/gpu.0.gpu": 5.0,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "node"),
+    [
+        ({"GROUP_RANK": "3", "NODE_RANK": "1"}, 3),  # torchrun's first
+        ({"NODE_RANK": "1"}, 1),
+        ({"SLURM_NODEID": "2"}, 2),
+        ({"RANK": "9", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}, 2),
+        ({}, None),
+        ({"NODE_RANK": "x"}, None),
+    ],
+)
+def test_node_rank_from_the_launcher(
+    env: dict[str, str], node: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("GROUP_RANK", "NODE_RANK", "SLURM_NODEID", "RANK", "LOCAL_RANK",
+                 "LOCAL_WORLD_SIZE"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert distributed.env_node_rank() == node
+
+
+def test_one_process_makes_no_collective_call() -> None:
+    where = distributed.layout()
+    assert where == distributed.Layout(where.node, (where.node,), (os.getpid(),))
+    assert distributed.gather({"cpu": 1.0}, where) is None
+
+
+def test_include_and_exclude_see_the_plain_key_under_a_node() -> None:
+    from sysmetrics.callback import CallbackCore
+    from tests.conftest import ScriptedCollector
+
+    core = CallbackCore(include=["cpu", "proc.*"], exclude="*.max",
+                        collectors=[ScriptedCollector({"x": 1.0})])  # fmt: skip
+    point = {"node0/cpu": 1.0, "node1/proc.memory.rssMB.max": 2.0, "nodes_max/memory": 3.0,
+             "node1/proc.memory.rssMB": 4.0}  # fmt: skip
+    assert core.named(point, separator=".") == {
+        "system.node0.cpu": 1.0, "system.node1.proc.memory.rssMB": 4.0
+    }  # fmt: skip
+    core.stop()
