@@ -401,7 +401,7 @@ def test_prometheus_name_is_valid_and_in_base_units(d: Description) -> None:
     assert len(d.prometheus_labels) == len(d.labels)
     for label in d.prometheus_labels:
         assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label) and not label.startswith("__")
-        assert label != "host", "the exporter adds host itself"
+        assert label not in ("host", "node"), "the exporter adds host and node itself"
 
 
 def test_one_prometheus_name_means_one_shape() -> None:

@@ -100,18 +100,22 @@ def test_names_labels_types_and_scaling(monitor: SystemMonitor) -> None:
     assert gpu.type == "gauge"
     assert gpu.documentation.startswith("GPU utilization")
     assert {(s.labels["gpu"], s.value) for s in gpu.samples} == {("0", 42.0), ("1", 7.0)}
-    assert all(s.labels == {"gpu": s.labels["gpu"], "host": HOST} for s in gpu.samples)
+    assert all(s.labels == {"gpu": s.labels["gpu"], "host": HOST, "node": "0"} for s in gpu.samples)
     (ecc,) = families["sysmetrics_gpu_corrected_memory_errors"].samples
     assert families["sysmetrics_gpu_corrected_memory_errors"].type == "counter"
     assert (ecc.name, ecc.labels, ecc.value) == (
-        "sysmetrics_gpu_corrected_memory_errors_total", {"gpu": "0", "host": HOST}, 3.0,
-    )  # fmt: skip
+        "sysmetrics_gpu_corrected_memory_errors_total",
+        {"gpu": "0", "host": HOST, "node": "0"},
+        3.0,
+    )
     (disk_in,) = families["sysmetrics_disk_read_bytes"].samples
     assert (disk_in.name, disk_in.value) == ("sysmetrics_disk_read_bytes_total", 1.5 * MiB)
     assert families["sysmetrics_process_memory_rss_bytes"].samples[0].value == 100 * MiB
     assert families["sysmetrics_gpu_sm_clock_hertz"].samples[0].value == 1410e6
     usage = families["sysmetrics_disk_usage_percent"].samples
-    assert [(s.labels, s.value) for s in usage] == [({"path": "/", "host": HOST}, 50.0)]
+    assert [(s.labels, s.value) for s in usage] == [
+        ({"path": "/", "host": HOST, "node": "0"}, 50.0)
+    ]
     (used,) = families["sysmetrics_disk_usage_bytes"].samples
     assert (used.labels["path"], used.value) == ("/data", 2.0 * 1024**3)
 
@@ -285,6 +289,21 @@ def test_a_stopped_monitor_serves_nothing_and_is_refused() -> None:
         m.stop()
     with pytest.raises(ValueError, match="monitor is a stopped SystemMonitor"):
         PrometheusExporter(m, port=0)
+
+
+def test_the_node_label_comes_from_the_launcher_or_the_option(
+    monitor: SystemMonitor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("GROUP_RANK", "NODE_RANK", "SLURM_NODEID", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GROUP_RANK", "2")  # torchrun's node rank
+    with PrometheusExporter(monitor, port=0) as ex:
+        assert ex.node == "2"
+        wait_for(lambda: 'node="2"' in get(ex.url))
+    with PrometheusExporter(monitor, port=0, node="gpu-a7") as ex:
+        assert ex.node == "gpu-a7"
+    with pytest.raises(TypeError, match=r"node=1.5 is invalid: use the node's rank"):
+        PrometheusExporter(monitor, port=0, node=1.5)  # type: ignore[arg-type]
 
 
 def test_address_not_of_this_machine_names_it(monitor: SystemMonitor) -> None:
@@ -469,7 +488,7 @@ def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
              "gpu.0.memoryAllocatedBytes": 1.5e9}  # fmt: skip
     monitor = SystemMonitor(interval=0.2, collectors=[scripted(known), *host_collectors()])
     reader = monitor.reader(buffer=10_000)
-    with monitor, PrometheusExporter(monitor, port=0) as ex:
+    with monitor, PrometheusExporter(monitor, port=0, node=3) as ex:
         prometheus = Prometheus(binary, f"127.0.0.1:{ex.port}", tmp_path)
         try:
             deadline = time.monotonic() + 60
@@ -486,7 +505,7 @@ def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
         finally:
             prometheus.stop()
     sampled = [s.values for s in reader.samples()]
-    target = {"host": HOST, "instance": f"127.0.0.1:{ex.port}", "job": "sysmetrics"}
+    target = {"host": HOST, "node": "3", "instance": f"127.0.0.1:{ex.port}", "job": "sysmetrics"}
     assert [v for _, v in up.values()] == [1.0]
     assert sorted((m["gpu"], v) for m, v in gpu.values()) == [("0", 42.0), ("1", 17.0)]
     for labels, _ in gpu.values():

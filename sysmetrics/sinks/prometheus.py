@@ -35,6 +35,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from sysmetrics import _optional
 from sysmetrics.descriptions import describe
+from sysmetrics.distributed import env_node_rank
 
 if TYPE_CHECKING:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -73,11 +74,12 @@ class _Series(NamedTuple):
 class _MonitorCollector:
     """prometheus_client custom collector: ``monitor.latest()`` as metric families."""
 
-    def __init__(self, monitor: _Latest, host: str) -> None:
+    def __init__(self, monitor: _Latest, host: str, node: str) -> None:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         self._monitor = monitor
         self._host = host
+        self._node = node
         self._families = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
         self._series: dict[str, _Series | None] = {}  # None: not exported
         self._logged = 0  # undescribed keys logged so far
@@ -147,10 +149,10 @@ class _MonitorCollector:
         if desc.prometheus is None:
             return None
         names = desc.prometheus_labels
-        if len(names) != len(desc.labels) or "host" in names:
+        if len(names) != len(desc.labels) or {"host", "node"} & set(names):
             raise ValueError(f"the labels {names} do not fit the placeholders {desc.labels}")
-        name, label_names = PREFIX + desc.prometheus, (*names, "host")
-        label_values = (*(values[p] for p in desc.labels), self._host)
+        name, label_names = PREFIX + desc.prometheus, (*names, "host", "node")
+        label_values = (*(values[p] for p in desc.labels), self._host, self._node)
         return _Series(
             name=name,
             kind=desc.kind,
@@ -271,6 +273,17 @@ def _resolve(addr: object, port: int) -> tuple[socket.AddressFamily, str]:
     return family, str(sockaddr[0])
 
 
+def _check_node(node: object) -> str:
+    if node is None:
+        return str(env_node_rank() or 0)
+    if isinstance(node, bool) or not isinstance(node, (int, str)) or str(node) == "":
+        raise TypeError(
+            f"node={node!r} is invalid: use the node's rank (an int or a non-empty string), "
+            "or None to read it from the launcher's environment"
+        )
+    return str(node)
+
+
 class PrometheusExporter:
     """Serves ``monitor.latest()`` on ``http://{addr}:{port}/metrics`` for Prometheus.
 
@@ -289,6 +302,10 @@ class PrometheusExporter:
         addr: IP address or host name to listen on; ``"127.0.0.1"`` (this machine only)
             by default. ``"0.0.0.0"`` (or ``"::"``) serves every interface: the metrics are
             then readable by anyone who can reach the port.
+        node: the ``node`` label of every series: the node's rank in a multi-node run;
+            from the launcher's environment by default (``GROUP_RANK``, ``NODE_RANK``,
+            ``SLURM_NODEID``, ...; see :func:`sysmetrics.distributed.env_node_rank`),
+            ``"0"`` where it says nothing.
 
     Attributes:
         port: the port listened on (the one picked, for ``port=0``).
@@ -306,7 +323,11 @@ class PrometheusExporter:
     """
 
     def __init__(
-        self, monitor: SystemMonitor | _Latest, port: int = DEFAULT_PORT, addr: str = DEFAULT_ADDR
+        self,
+        monitor: SystemMonitor | _Latest,
+        port: int = DEFAULT_PORT,
+        addr: str = DEFAULT_ADDR,
+        node: int | str | None = None,
     ) -> None:
         if not callable(getattr(monitor, "latest", None)):
             raise TypeError(
@@ -318,6 +339,7 @@ class PrometheusExporter:
                 "monitor is a stopped SystemMonitor, which samples no more: pass a new or "
                 "running one (the endpoint serves nothing while it is not running)"
             )
+        self.node = _check_node(node)
         self.port = _check_port(port)
         family, host = _resolve(addr, self.port)
         self.addr = addr
@@ -326,7 +348,7 @@ class PrometheusExporter:
 
         self.monitor = monitor
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_MonitorCollector(monitor, socket.gethostname()))
+        self.registry.register(_MonitorCollector(monitor, socket.gethostname(), self.node))
         try:
             self._server = _Server((host, self.port), family)
         except OSError as exc:
@@ -407,6 +429,7 @@ def serve(
     port: int = DEFAULT_PORT,
     addr: str = DEFAULT_ADDR,
     monitor: SystemMonitor | _Latest | None = None,
+    node: int | str | None = None,
     **monitor_options: Any,
 ) -> PrometheusExporter:
     """Serve a monitor's values for Prometheus on ``http://{addr}:{port}/metrics``.
@@ -419,6 +442,7 @@ def serve(
         port: TCP port to listen on (9464 by default; 0 picks a free one).
         addr: address to listen on (``"127.0.0.1"``, this machine only, by default).
         monitor: the monitor to serve; a new one by default.
+        node: the ``node`` label (see :class:`PrometheusExporter`).
         **monitor_options: options of the new :class:`~sysmetrics.SystemMonitor`
             (``interval`` in seconds, ``disk_paths``, ...).
 
@@ -437,12 +461,12 @@ def serve(
                 f"serve() got monitor options ({', '.join(sorted(monitor_options))}) and a "
                 "monitor: the options apply only to the monitor serve() creates"
             )
-        return PrometheusExporter(monitor, port, addr)
+        return PrometheusExporter(monitor, port, addr, node)
     from sysmetrics.monitor import SystemMonitor
 
     own = SystemMonitor(**monitor_options)
     try:
-        exporter = PrometheusExporter(own, port, addr)
+        exporter = PrometheusExporter(own, port, addr, node)
     except BaseException:
         own.stop()
         raise
