@@ -90,7 +90,8 @@ def test_lightning_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
         assert steps_with(rows, f"system/{key}") == loss_steps, key
     assert not steps_with(rows, "system/cpu")  # one node's numbers are never logged as all's
     node0, node1 = mean_of(rows, "system/node0/cpu"), mean_of(rows, "system/node1/cpu")
-    assert node1 > node0 + 15, (node0, node1)  # node 1's busy child is in node 1's numbers
+    # Node 1's busy child is in node 1's numbers (~25 points apart on a quiet machine).
+    assert node1 > node0 + 5, (node0, node1)
     for r in rows:
         if r.get("system/node0/cpu"):
             pair = (float(r["system/node0/cpu"]), float(r["system/node1/cpu"]))
@@ -110,7 +111,8 @@ def test_lightning_ddp_spawn_counts_every_rank_on_the_node(tmp_path: Path) -> No
     rows = csv_rows(tmp_path)
     assert steps_with(rows, "system/cpu") == steps_with(rows, "train_loss")
     assert not steps_with(rows, "system/node0/cpu")  # one node: today's names
-    assert mean_of(rows, "system/cpu") > 70  # both ranks: ~100 % of the 2 CPUs
+    # Both ranks: ~100 % of the 2 CPUs on a quiet machine; rank 0 alone reads 50 at most.
+    assert mean_of(rows, "system/cpu") > 55
     assert calls(tmp_path, 0, 1) == [[-1], [-1]]  # the layout at train start, nothing per step
 
 
@@ -136,7 +138,7 @@ def test_transformers_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
     assert not any("system/cpu" in h for h in history)
     node0 = statistics.mean(h["system/node0/cpu"] for h in history if "system/node0/cpu" in h)
     node1 = statistics.mean(h["system/node1/cpu"] for h in history if "system/node1/cpu" in h)
-    assert node1 > node0 + 15, (node0, node1)
+    assert node1 > node0 + 5, (node0, node1)
     [rank0], [rank1] = calls(tmp_path / "node0", 0), calls(tmp_path / "node1", 1)
     assert rank0 == rank1 == [-1, *loss_steps]
 
@@ -149,7 +151,7 @@ def test_transformers_torchrun_counts_every_rank_on_the_node(tmp_path: Path) -> 
     history = json.loads((tmp_path / "log_history.json").read_text())
     cpu = [h["system/cpu"] for h in history if "system/cpu" in h]
     assert len(cpu) == len([h for h in history if "loss" in h]) > 0
-    assert statistics.mean(cpu) > 70  # both ranks: ~100 % of the 2 CPUs
+    assert statistics.mean(cpu) > 55  # both ranks: ~100 % of 2 CPUs; rank 0 alone <= 50
     assert calls(tmp_path, 0, 1) == [[-1], [-1]]
 
 

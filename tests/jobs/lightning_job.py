@@ -15,13 +15,13 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import common  # noqa: E402  # before torch.distributed is used: counts the collectives
-import lightning.pytorch as pl  # noqa: E402
-import torch  # noqa: E402
-from lightning.pytorch.loggers import CSVLogger  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+import common  # before torch.distributed is used: counts the collectives
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, TensorDataset
 
-from sysmetrics.integrations.lightning import SystemMetricsCallback  # noqa: E402
+from sysmetrics.integrations.lightning import SystemMetricsCallback
 
 
 class Spinning(pl.LightningModule):

@@ -16,9 +16,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import common  # noqa: E402  # before torch.distributed is used: counts the collectives
-import torch  # noqa: E402
-from transformers import (  # noqa: E402
+import common  # before torch.distributed is used: counts the collectives
+import torch
+from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
     Trainer,
@@ -26,7 +26,7 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-from sysmetrics.integrations.transformers import SystemMetricsCallback  # noqa: E402
+from sysmetrics.integrations.transformers import SystemMetricsCallback
 
 
 class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
