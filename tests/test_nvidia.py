@@ -1,6 +1,6 @@
-"""NVIDIA collector. CI has no GPU: the unit tests drive it through ``tests/nvml_standin.py``,
-a stand-in ``pynvml`` that keeps the real module's constants and error classes. Tests
-marked ``gpu`` use the real NVML and skip where there is none."""
+"""NVIDIA collector. CI has no GPU: the unit tests run the real ``pynvml`` binding over the
+fake NVML library of ``tests/fake_nvml.py`` (C functions as ctypes callbacks, per driver
+generation). Tests marked ``gpu`` use the real NVML and skip where there is none."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import subprocess
 import sys
 import time
 import warnings
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pynvml
 import pytest
@@ -17,19 +20,39 @@ import pytest
 from sysmetrics import SystemMetricsWarning, SystemMonitor
 from sysmetrics.collectors import NvidiaCollector
 from sysmetrics.host import default_source
-from tests.nvml_standin import GPU, make_nvml
+from tests.fake_nvml import FakeGpu as GPU
+from tests.fake_nvml import FakeNvmlLib, binding
+
+_LIBS: list[FakeNvmlLib] = []
 
 
-def collector(gpus: list[GPU], **kw: object) -> NvidiaCollector:
-    nvml = make_nvml(gpus)
-    c = NvidiaCollector.create(default_source(), os.getpid(), nvml=nvml, **kw)  # type: ignore[arg-type]
+def make_nvml(gpus: list[GPU], **kw: Any) -> Any:
+    """The real binding (a private copy) over a fake library of ``gpus``."""
+    lib = FakeNvmlLib(gpus, **kw)
+    _LIBS.append(lib)
+    return binding(lib)
+
+
+def collector(gpus: list[GPU], driver: str = "latest", **kw: Any) -> NvidiaCollector:
+    nvml = make_nvml(gpus, driver=driver)
+    c = NvidiaCollector.create(default_source(), os.getpid(), nvml=nvml, **kw)
     assert c is not None
     return c
 
 
+def calls(c: NvidiaCollector | Any) -> Counter[str]:
+    """How often each C function of the fake library was called."""
+    nvml = c.nvml if isinstance(c, NvidiaCollector) else c
+    return nvml.nvmlLib.calls  # type: ignore[no-any-return]
+
+
 @pytest.fixture(autouse=True)
-def no_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    yield
+    failures = [f for lib in _LIBS for f in lib.failures]
+    _LIBS.clear()
+    assert not failures, f"the fake NVML library raised: {failures}"
 
 
 def test_every_catalogue_key_for_each_gpu() -> None:
@@ -55,8 +78,10 @@ def test_every_catalogue_key_for_each_gpu() -> None:
 def test_current_entry_points_are_used() -> None:
     c = collector([GPU("GPU-a")])
     c.sample()
-    assert c.nvml.calls["nvmlDeviceGetTemperatureV"] == 1
-    assert c.nvml.calls["nvmlDeviceGetTemperature"] == 0
+    assert calls(c)["nvmlDeviceGetTemperatureV"] == 1
+    assert calls(c)["nvmlDeviceGetTemperature"] == 0
+    older = collector([GPU("GPU-a", temp=65)], driver="r550")  # no nvmlDeviceGetTemperatureV
+    assert older.sample()["gpu.0.temp"] == 65
 
 
 @pytest.mark.parametrize("track", [True, False])
@@ -64,9 +89,9 @@ def test_gpus_used_by_the_process_tree(track: bool) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         gpus = [
-            GPU("GPU-a", processes=[(child.pid, 1 << 30)]),
-            GPU("GPU-b", processes=[(os.getpid(), 2 << 30), (999_999_999, 5 << 30)], minor=1),
-            GPU("GPU-c", processes=[(1, 1 << 30)], minor=2),  # someone else's
+            GPU("GPU-a", compute=[(child.pid, 1 << 30)]),
+            GPU("GPU-b", compute=[(os.getpid(), 2 << 30), (999_999_999, 5 << 30)], minor=1),
+            GPU("GPU-c", compute=[(1, 1 << 30)], minor=2),  # someone else's
         ]
         snap = collector(gpus, track_process_tree=track).sample()
     finally:
@@ -87,8 +112,8 @@ def test_container_falls_back_to_open_device_files(tmp_path: Path) -> None:
     fd.mkdir(parents=True)
     (fd / "7").symlink_to("/dev/nvidia1")
     (fd / "8").symlink_to("/dev/nvidiactl")
-    gpus = [GPU("GPU-a", processes=[(4_000_001, 1 << 30)]),
-            GPU("GPU-b", processes=[(4_000_002, 1 << 30)], minor=1)]  # fmt: skip
+    gpus = [GPU("GPU-a", compute=[(4_000_001, 1 << 30)]),
+            GPU("GPU-b", compute=[(4_000_002, 1 << 30)], minor=1)]  # fmt: skip
     c = collector(gpus)
     c.proc_root = str(tmp_path / "proc")
     snap = c.sample()
@@ -99,9 +124,9 @@ def test_container_falls_back_to_open_device_files(tmp_path: Path) -> None:
 def test_unsupported_field_is_dropped_for_that_device_only_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    gpus = [GPU("GPU-a", unsupported={"nvmlDeviceGetEncoderUtilization",
-                                      "nvmlDeviceGetEnforcedPowerLimit"}),
-            GPU("GPU-b", minor=1)]  # fmt: skip
+    unsupported = {"nvmlDeviceGetEncoderUtilization": pynvml.NVML_ERROR_NOT_SUPPORTED,
+                   "nvmlDeviceGetEnforcedPowerLimit": pynvml.NVML_ERROR_NOT_SUPPORTED}  # fmt: skip
+    gpus = [GPU("GPU-a", errors=unsupported), GPU("GPU-b", minor=1)]
     c = collector(gpus)
     with caplog.at_level("DEBUG", logger="sysmetrics"):
         for _ in range(3):
@@ -109,7 +134,7 @@ def test_unsupported_field_is_dropped_for_that_device_only_once(
     assert "gpu.0.encoderUtilization" not in snap and "gpu.0.powerPercent" not in snap
     assert snap["gpu.0.powerWatts"] == 150.0 and snap["gpu.0.gpu"] == 50
     assert snap["gpu.1.encoderUtilization"] == 5 and snap["gpu.1.powerPercent"] == 50.0
-    assert c.nvml.calls["nvmlDeviceGetEncoderUtilization"] == 4  # GPU 0 once, GPU 1 three times
+    assert calls(c)["nvmlDeviceGetEncoderUtilization"] == 4  # GPU 0 once, GPU 1 three times
     assert len([r for r in caplog.records if "encoderUtilization unavailable" in r.message]) == 1
 
 
@@ -169,7 +194,8 @@ def test_gpu_id_that_does_not_exist_is_a_clear_error(bad: object) -> None:
     nvml = make_nvml([GPU("GPU-a"), GPU("GPU-b")])
     with pytest.raises(ValueError, match=rf"gpu_ids contains {bad!r}, which names no GPU .* 0..1"):
         NvidiaCollector.create(default_source(), os.getpid(), gpu_ids=[bad], nvml=nvml)  # type: ignore[list-item]
-    assert nvml.calls["nvmlInit"] == nvml.calls["nvmlShutdown"] == 1  # nothing left open
+    assert calls(nvml)["nvmlInitWithFlags"] == calls(nvml)["nvmlShutdown"] == 1
+    assert nvml.nvmlLib.refcount == 0  # nothing left open
 
 
 def test_no_library_driver_or_gpu_is_quietly_unavailable(caplog: pytest.LogCaptureFixture) -> None:
@@ -212,3 +238,131 @@ def test_real_nvml_reports_every_gpu() -> None:
     for d in c.devices:
         for key in ("memoryAllocatedBytes", "memoryAllocated", "temp"):
             assert f"gpu.{d.index}.{key}" in snap, (key, sorted(snap))
+
+
+# Defects fixed: each test failed before its fix.
+
+
+def test_idle_gpu_whose_device_file_the_job_holds_open_is_not_the_jobs(tmp_path: Path) -> None:
+    """CUDA init opens every visible GPU's device file: that alone attributes nothing."""
+    fd = tmp_path / "proc" / str(os.getpid()) / "fd"
+    fd.mkdir(parents=True)
+    for n in range(3):
+        (fd / str(n + 10)).symlink_to(f"/dev/nvidia{n}")
+    gpus = [GPU("GPU-a", compute=[(os.getpid(), 1 << 30)]), GPU("GPU-b", minor=1),
+            GPU("GPU-c", minor=2, compute=[(os.getpid() + 4_000_000, 1 << 30)])]  # fmt: skip
+    c = collector(gpus)
+    c.proc_root = str(tmp_path / "proc")
+    (tmp_path / "proc" / "1").mkdir()  # a process of this namespace, on no GPU
+    snap = c.sample()
+    assert snap["gpu.process.0.processMemoryAllocatedBytes"] == 1 << 30
+    assert not any(k.startswith("gpu.process.1.") for k in snap), sorted(snap)  # idle
+    assert "gpu.process.2.gpu" in snap  # a PID of another namespace: the container case
+
+
+@pytest.mark.parametrize("driver", ["r440", "r470"])
+def test_driver_without_v3_process_lists(driver: str) -> None:
+    gpus = [GPU("GPU-a", compute=[(os.getpid(), 2 << 30)], graphics=[(1, 1 << 20)])]
+    snap = collector(gpus, driver=driver).sample()
+    assert snap["gpu.process.0.processMemoryAllocatedBytes"] == 2 << 30
+    assert snap["gpu.0.gpu"] == 50
+
+
+def test_r535_v3_entries_are_read_in_their_layout() -> None:
+    """R535's _v3 writes 32-byte entries; the binding reads 24: the second is garbage."""
+    gpus = [GPU("GPU-a", compute=[(os.getpid() + 4_000_000, 1 << 30), (os.getpid(), 3 << 30)])]
+    c = collector(gpus, driver="r535")
+    assert c.sample()["gpu.process.0.processMemoryAllocatedBytes"] == 3 << 30
+
+
+def test_garbled_v3_entries_fall_back_to_v2() -> None:
+    """A 32-byte _v3 the symbols do not give away: entries after the first are implausible."""
+    gpus = [GPU("GPU-a", compute=[(os.getpid() + 4_000_000, 1 << 30), (os.getpid(), 3 << 30)])]
+    nvml = make_nvml(gpus, driver="r535")
+    nvml.nvmlLib.missing = set()  # exports what R550 does, writes what R535 does
+    c = NvidiaCollector.create(default_source(), os.getpid(), nvml=nvml)
+    assert c is not None
+    for _ in range(2):
+        assert c.sample()["gpu.process.0.processMemoryAllocatedBytes"] == 3 << 30
+    assert calls(c)["nvmlDeviceGetComputeRunningProcesses_v2"] > 0
+
+
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_TIMEOUT, pynvml.NVML_ERROR_UNKNOWN])
+def test_transient_error_skips_a_field_for_a_few_ticks_only(code: int) -> None:
+    gpu = GPU("GPU-a", errors={"nvmlDeviceGetPowerUsage": code})
+    c = collector([gpu])
+    for _ in range(6):
+        snap = c.sample()
+        assert "gpu.0.powerWatts" not in snap and snap["gpu.0.temp"] == 60
+    assert 1 < calls(c)["nvmlDeviceGetPowerUsage"] < 6  # tried again, with backoff
+    gpu.errors.clear()
+    back = [c.sample() for _ in range(20)]
+    assert back[-1]["gpu.0.powerWatts"] == 150.0
+
+
+@pytest.mark.parametrize(
+    "code",
+    [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NO_PERMISSION,
+     pynvml.NVML_ERROR_FUNCTION_NOT_FOUND],
+)  # fmt: skip
+def test_permanent_errors_drop_the_field_for_good(code: int) -> None:
+    gpu = GPU("GPU-a", errors={"nvmlDeviceGetPowerUsage": code})
+    c = collector([gpu])
+    c.sample()
+    gpu.errors.clear()
+    assert not any("powerWatts" in k for s in [c.sample() for _ in range(20)] for k in s)
+    assert calls(c)["nvmlDeviceGetPowerUsage"] == 1
+
+
+def test_uninitialized_nvml_is_initialised_again() -> None:
+    """Another library called nvmlShutdown once too often: NVML answers UNINITIALIZED."""
+    c = collector([GPU("GPU-a", compute=[(os.getpid(), 1 << 30)])])
+    before = c.sample()
+    c.nvml.nvmlShutdown()  # the other library's extra shutdown
+    assert c.nvml.nvmlLib.refcount == 0
+    after = c.sample()
+    assert after == before
+    assert c.sample() == before
+    c.close()
+    assert c.nvml.nvmlLib.refcount == 0
+
+
+def test_gpu_that_stops_answering_warns_once_and_comes_back() -> None:
+    gpus = [GPU("GPU-a"), GPU("GPU-b", minor=1)]
+    c = collector(gpus)
+    c.sample()
+    gpus[1].failing = pynvml.NVML_ERROR_TIMEOUT
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stalled = [c.sample() for _ in range(5)]
+    assert all(not any(k.startswith("gpu.1.") for k in s) for s in stalled)
+    assert all(s["gpu.0.gpu"] == 50 for s in stalled)
+    said = [str(w.message) for w in caught if issubclass(w.category, SystemMetricsWarning)]
+    assert len(said) == 1 and "gpu.1 (GPU-b) stopped answering" in said[0], said
+    gpus[1].failing = pynvml.NVML_SUCCESS
+    back = [c.sample() for _ in range(40)]
+    assert back[-1]["gpu.1.gpu"] == 50 and back[-1]["gpu.1.powerWatts"] == 150.0
+
+
+def test_process_in_compute_and_graphics_lists_counts_once() -> None:
+    gpus = [GPU("GPU-a", compute=[(os.getpid(), 2 << 30)], graphics=[(os.getpid(), 2 << 30)])]
+    assert collector(gpus).sample()["gpu.process.0.processMemoryAllocatedBytes"] == 2 << 30
+
+
+def test_mps_clients_are_attributed() -> None:
+    """Under MPS the compute list holds the MPS server; the clients are in the MPS list."""
+    server = os.getpid() + 4_000_000
+    gpus = [GPU("GPU-a", compute=[(server, 5 << 30)], mps=[(os.getpid(), 1 << 30)])]
+    assert collector(gpus).sample()["gpu.process.0.processMemoryAllocatedBytes"] == 1 << 30
+
+
+def test_memory_v2_version_mismatch_falls_back_to_v1() -> None:
+    gpu = GPU("GPU-a", used=4 << 30, reserved=1 << 30, total=16 << 30)
+    nvml = make_nvml([gpu], memory_v2_version=0x03000030)  # a struct version it will not take
+    c = NvidiaCollector.create(default_source(), os.getpid(), nvml=nvml)
+    assert c is not None
+    snap = c.sample()
+    assert snap["gpu.0.memoryAllocatedBytes"] == 5 << 30  # v1: used includes reserved
+    assert snap["gpu.0.memoryAllocated"] == pytest.approx(5 / 16 * 100)
+    v2 = collector([gpu]).sample()
+    assert v2["gpu.0.memoryAllocatedBytes"] == 4 << 30  # v2: allocated only

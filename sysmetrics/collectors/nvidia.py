@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import time
@@ -22,10 +23,27 @@ log = logging.getLogger("sysmetrics")
 GpuId = Union[int, str]
 
 
+def _errors(nvml: Any, *names: str) -> tuple[type[Exception], ...]:
+    """The ``NVMLError_<name>`` classes this binding has (older ones lack some)."""
+    return tuple(getattr(nvml, f"NVMLError_{n}") for n in names if hasattr(nvml, f"NVMLError_{n}"))
+
+
 def _memory(nvml: Any, h: Any) -> Any:
-    try:  # v2 excludes the driver's reserved memory from "used", as nvidia-smi does
+    """Memory info: ``nvmlDeviceGetMemoryInfo_v2``, or v1 where the driver has no v2.
+
+    v2's ``used`` is the memory allocated, without what the driver reserves (as nvidia-smi
+    shows it); v1's ``used`` includes the reserved memory. v1 is read only where v2 cannot
+    be (a driver before R510, a struct version it rejects, or a binding without v2): that
+    does not change from one tick to the next, so a device's ``used`` keeps one meaning.
+    """
+    unavailable: tuple[type[Exception], ...] = (
+        *_errors(nvml, "FunctionNotFound", "NotSupported", "ArgumentVersionMismatch"),
+        TypeError,  # a binding without the version argument
+        AttributeError,
+    )
+    try:
         return nvml.nvmlDeviceGetMemoryInfo(h, version=nvml.nvmlMemory_v2)
-    except (nvml.NVMLError_FunctionNotFound, nvml.NVMLError_NotSupported, TypeError):
+    except unavailable:
         return nvml.nvmlDeviceGetMemoryInfo(h)
 
 
@@ -73,15 +91,117 @@ _MIG_FIELDS = ("memory",)
 _MIG_PARENT_SKIPS = ("utilization", "encoderUtilization")
 
 
+# Errors that mean "never on this device": the field is dropped. Any other error (TIMEOUT,
+# UNKNOWN, ...) is taken as passing: the field is skipped for 1, 2, 4, ... ticks, at most
+# _BACKOFF_TICKS, then tried again.
+_PERMANENT = ("NotSupported", "FunctionNotFound", "NoPermission")
+_BACKOFF_TICKS = 16
+_PROCESS_LISTS = ("Compute", "Graphics", "MPSCompute")
+
+
+@dataclass
+class _Fields:
+    """What one handle is asked: the fields still read, and the backoff of failing ones."""
+
+    names: list[str]
+    fails: dict[str, int] = field(default_factory=dict)  # failures in a row, per field
+    skip: dict[str, int] = field(default_factory=dict)  # ticks left before the next try
+
+
 @dataclass
 class _Device:
     index: int  # CUDA's number for it, the {i} in the keys
     handle: Any
     uuid: str
     minor: int | None = None  # N of /dev/nvidiaN
-    fields: list[str] = field(default_factory=list)
-    mig: list[Any] = field(default_factory=list)  # MIG device handles of a MIG-mode GPU
+    fields: _Fields = field(default_factory=lambda: _Fields([]))
+    mig: list[tuple[Any, _Fields]] = field(default_factory=list)  # MIG devices, in MIG mode
+    lists: _Fields = field(default_factory=lambda: _Fields(list(_PROCESS_LISTS)))
     lost: bool = False
+    answered: int = 0  # this tick: calls answered, and calls failing for now
+    failed: int = 0
+    warned: bool = False  # that it stopped answering
+
+
+# Process lists (nvmlDeviceGet<kind>RunningProcesses), read with the driver's own layout.
+_NOT_AVAILABLE = (1 << 64) - 1  # usedGpuMemory NVML cannot tell (Windows WDDM)
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    """``nvmlProcessInfo_v1_t``, of the unversioned functions (drivers before R450)."""
+
+    _fields_ = (("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong))
+
+
+class _ProcessInfoV2(ctypes.Structure):
+    """``nvmlProcessInfo_v2_t``: of ``_v2``, and of ``_v3`` on drivers other than R535."""
+
+    _fields_ = (
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    )
+
+
+class _ProcessInfoR535(ctypes.Structure):
+    """What R535's ``_v3`` writes: 32-byte entries, where the binding reads 24."""
+
+    _fields_ = (*_ProcessInfoV2._fields_, ("usedGpuCcProtectedMemory", ctypes.c_ulonglong))
+
+
+_Layout = tuple[str, type[ctypes.Structure]]  # (function suffix, entry layout)
+
+
+def _exports(nvml: Any, symbol: str) -> bool:
+    """Whether the NVML library has the C function ``symbol``."""
+    try:
+        nvml._nvmlGetFunctionPointer(symbol)
+    except nvml.NVMLError_FunctionNotFound:
+        return False
+    return True
+
+
+def process_layout(nvml: Any) -> _Layout:
+    """The newest process-list functions the driver exports, and the entries they write.
+
+    ``pynvml`` calls ``_v3`` only, which drivers before R510 lack. R535's ``_v3`` writes
+    32-byte entries (it exports ``nvmlDeviceGetConfComputeMemSizeInfo``, new in R535, but
+    not ``nvmlDeviceGetRunningProcessDetailList``, new in R545): as nvitop tells them apart.
+    """
+    if _exports(nvml, "nvmlDeviceGetComputeRunningProcesses_v3"):
+        if _exports(nvml, "nvmlDeviceGetConfComputeMemSizeInfo") and not _exports(
+            nvml, "nvmlDeviceGetRunningProcessDetailList"
+        ):
+            return "_v3", _ProcessInfoR535
+        return "_v3", _ProcessInfoV2
+    if _exports(nvml, "nvmlDeviceGetComputeRunningProcesses_v2"):
+        return "_v2", _ProcessInfoV2
+    return "", _ProcessInfoV1
+
+
+def list_processes(nvml: Any, handle: Any, kind: str, layout: _Layout) -> list[tuple[int, Any]]:
+    """(PID, bytes or None) of the device's ``kind`` processes, as NVML's C API gives them.
+
+    Raises:
+        NVMLError: as the C function answers.
+
+    """
+    suffix, entry = layout
+    fn = nvml._nvmlGetFunctionPointer(f"nvmlDeviceGet{kind}RunningProcesses{suffix}")
+    count = ctypes.c_uint(0)
+    ret = fn(handle, ctypes.byref(count), None)
+    if ret == nvml.NVML_SUCCESS:
+        return []  # none
+    if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        raise nvml.NVMLError(ret)
+    count.value = count.value * 2 + 5  # room for processes started in between
+    entries = (entry * count.value)()
+    nvml._nvmlCheckReturn(fn(handle, ctypes.byref(count), entries))
+    return [
+        (int(e.pid), None if e.usedGpuMemory == _NOT_AVAILABLE else int(e.usedGpuMemory))
+        for e in entries[: count.value]
+    ]
 
 
 def _uuid(nvml: Any, handle: Any) -> str:
@@ -163,10 +283,24 @@ class NvidiaCollector(BaseCollector):
     ``gpu.{i}.mig.{j}.memoryAllocatedBytes``; a MIG device made visible by its UUID reports
     its memory as ``gpu.{i}.*``.
 
-    A field a device does not support is dropped for that device (one debug line); a GPU
-    that is lost is dropped with one warning. "Used by the process tree": NVML lists one
-    of its PIDs among the GPU's compute or graphics processes; inside a container, where
-    NVML reports host PIDs, the ``/dev/nvidiaN`` files the tree holds open.
+    ``memoryAllocatedBytes`` is ``used`` of ``nvmlDeviceGetMemoryInfo_v2``: allocated
+    memory, without what the driver reserves, as nvidia-smi shows it. Where the driver has
+    no v2 (before R510) or rejects its struct version, it is v1's ``used``, which includes
+    the reserved memory (one or the other for the whole run: it depends on the driver).
+
+    Faults: a field a device does not support, or may not be read (NOT_SUPPORTED,
+    FUNCTION_NOT_FOUND, NO_PERMISSION), is dropped for that device (one debug line). Any
+    other error (TIMEOUT, UNKNOWN, ...) skips the field for 1, 2, 4, ... ticks (at most
+    16) before it is tried again; a GPU that answers nothing at all gives one warning.
+    UNINITIALIZED (another library shut NVML down under us) initialises NVML again and
+    retries. A GPU that is lost is dropped with one warning.
+
+    "Used by the process tree": NVML lists one of its PIDs among the GPU's compute,
+    graphics or MPS client processes (a PID in several lists counts once); the process
+    lists are read with the newest functions the driver exports (``_v3``, ``_v2`` or v1)
+    in the layout they write. Inside a container, where NVML lists host PIDs that do not
+    exist here, the ``/dev/nvidiaN`` files the tree holds open; a GPU with no process is
+    never the tree's, although CUDA opens every visible GPU's device file.
 
     Args:
         nvml: the initialised ``pynvml`` module.
@@ -201,6 +335,10 @@ class NvidiaCollector(BaseCollector):
         self.track_process_tree = track_process_tree
         self.proc_root = proc_root
         self._minors: tuple[float, set[int]] | None = None
+        self._layout: _Layout | None = None  # of the process lists, found at first use
+        self._tick = 0
+        self._reinit_tick = -1
+        self._permanent = _errors(nvml, *_PERMANENT)
         self.devices = [
             self._describe(i, h, u) for i, h, u in select(visible_devices(nvml), gpu_ids)
         ]
@@ -247,18 +385,18 @@ class NvidiaCollector(BaseCollector):
 
     def _describe(self, index: int, handle: Any, uuid: str) -> _Device:
         nvml = self.nvml
-        dev = _Device(index, handle, uuid, fields=list(_FIELDS))
+        dev = _Device(index, handle, uuid, fields=_Fields(list(_FIELDS)))
         minor = self._call(lambda: nvml.nvmlDeviceGetMinorNumber(handle))  # None on MIG
         dev.minor = None if minor is None else int(minor)
         if self._call(lambda: nvml.nvmlDeviceIsMigDeviceHandle(handle), False):
-            dev.fields = list(_MIG_FIELDS)
+            dev.fields.names = list(_MIG_FIELDS)
         elif self._call(lambda: nvml.nvmlDeviceGetMigMode(handle)[0], 0) == 1:
-            dev.fields = [f for f in dev.fields if f not in _MIG_PARENT_SKIPS]
+            dev.fields.names = [f for f in dev.fields.names if f not in _MIG_PARENT_SKIPS]
             slots = self._call(lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle), 0)
             for j in range(slots):
                 mig = self._call(partial(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, j))
                 if mig is not None:
-                    dev.mig.append(mig)
+                    dev.mig.append((mig, _Fields(list(_MIG_FIELDS))))
         return dev
 
     def _call(self, fn: Callable[[], Any], default: Any = None) -> Any:
@@ -267,19 +405,55 @@ class NvidiaCollector(BaseCollector):
         except self.nvml.NVMLError:
             return default
 
-    def _read(self, dev: _Device, names: list[str], handle: Any) -> dict[str, float]:
-        """Read ``names`` of one device; drop the ones it does not support."""
+    def _nvml(self, fn: Callable[[], Any]) -> Any:
+        """``fn()``; where NVML was shut down under us, initialise it again and retry once.
+
+        Another library in the process calling ``nvmlShutdown`` once too often leaves NVML
+        uninitialised: every call answers UNINITIALIZED. One ``nvmlInit`` a tick at most.
+        """
+        try:
+            return fn()
+        except self.nvml.NVMLError_Uninitialized:
+            if self._reinit_tick == self._tick:
+                raise
+            self._reinit_tick = self._tick
+            log.debug("sysmetrics: NVML was shut down by someone else: initialising it again")
+            self.nvml.nvmlInit()
+            return fn()
+
+    def _try(self, dev: _Device, fields: _Fields, name: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` for field ``name``, or None: skipped for now, failed, or dropped."""
+        nvml = self.nvml
+        if fields.skip.get(name, 0) > 0:
+            fields.skip[name] -= 1
+            return None
+        try:
+            value = self._nvml(fn)
+        except nvml.NVMLError_GpuIsLost:
+            raise
+        except self._permanent as exc:
+            fields.names.remove(name)
+            log.debug("sysmetrics: gpu.%s: %s unavailable, not read again: %s",
+                      dev.index, name, exc)  # fmt: skip
+            return None
+        except nvml.NVMLError as exc:
+            dev.failed += 1
+            n = fields.fails[name] = fields.fails.get(name, 0) + 1
+            fields.skip[name] = min(2 ** (n - 1), _BACKOFF_TICKS)
+            log.debug("sysmetrics: gpu.%s: %s failed (%s), skipped for %d ticks",
+                      dev.index, name, exc, fields.skip[name])  # fmt: skip
+            return None
+        dev.answered += 1
+        fields.fails.pop(name, None)
+        return value
+
+    def _read(self, dev: _Device, fields: _Fields, handle: Any) -> dict[str, float]:
+        """Read ``fields`` of one device handle, under the fault rules of :meth:`_try`."""
         nvml = self.nvml
         values: dict[str, float] = {}
-        for name in list(names):
-            try:
-                v = _FIELDS[name](nvml, handle)
-            except nvml.NVMLError_GpuIsLost:
-                raise
-            except nvml.NVMLError as exc:
-                names.remove(name)
-                log.debug("sysmetrics: gpu.%s: %s unavailable, not read again: %s",
-                          dev.index, name, exc)  # fmt: skip
+        for name in list(fields.names):
+            v = self._try(dev, fields, name, partial(_FIELDS[name], nvml, handle))
+            if v is None:
                 continue
             if name == "utilization":
                 values["gpu"], values["memory"] = float(v.gpu), float(v.memory)
@@ -296,17 +470,19 @@ class NvidiaCollector(BaseCollector):
     def sample(self) -> dict[str, float]:
         """Every field of every watched GPU, and the same for the GPUs the tree uses."""
         nvml = self.nvml
+        self._tick += 1
         tree = {p for p, _ in process_tree(self.source, self.job.roots, self.track_process_tree)}
         out: dict[str, float] = {}
-        # Devices whose NVML PIDs are all outside our PID space, with their values.
+        # Devices whose NVML PIDs are outside our PID namespace, with their values.
         foreign: list[tuple[_Device, dict[str, float]]] = []
         for dev in self.devices:
             if dev.lost:
                 continue
+            dev.answered = dev.failed = 0
             try:
                 values = self._read(dev, dev.fields, dev.handle)
-                for j, mig in enumerate(dev.mig):
-                    for k, v in self._read(dev, ["memory"], mig).items():
+                for j, (mig, fields) in enumerate(dev.mig):
+                    for k, v in self._read(dev, fields, mig).items():
                         out[f"gpu.{dev.index}.mig.{j}.{k}"] = v
                 procs = self._processes(dev)
             except nvml.NVMLError_GpuIsLost as exc:
@@ -318,42 +494,71 @@ class NvidiaCollector(BaseCollector):
                     stacklevel=2,
                 )
                 continue
+            self._check_answering(dev)
             prefix = f"gpu.{dev.index}."
             for k, v in values.items():
                 out[prefix + k] = v
-            ours = [p for p in procs if p.pid in tree]
+            ours = {pid: held for pid, held in procs.items() if pid in tree}
             if ours:
                 self._process_keys(out, dev, values, ours)
-            elif not any(self._pid_exists(p.pid) for p in procs):
-                foreign.append((dev, values))  # no process, or only PIDs of another namespace
+            elif any(not self._pid_exists(pid) for pid in procs):
+                # NVML lists PIDs of another namespace (a container): whose, the files tell.
+                # An empty list is an idle GPU, whatever device files the tree holds open.
+                foreign.append((dev, values))
         if foreign:  # NVML reports host PIDs: look at the device files the tree holds open
             minors = self._open_device_minors(tree)
             for dev, values in foreign:
                 if dev.minor in minors:
-                    self._process_keys(out, dev, values, [])
+                    self._process_keys(out, dev, values, {})
         return out
 
-    def _processes(self, dev: _Device) -> list[Any]:
-        procs: list[Any] = []
-        for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-            try:
-                procs.extend(getattr(self.nvml, fn)(dev.handle))
-            except self.nvml.NVMLError_GpuIsLost:
-                raise
-            except self.nvml.NVMLError:
-                pass
+    def _check_answering(self, dev: _Device) -> None:
+        """Warn once when a GPU answered nothing this tick and some calls failed."""
+        if dev.answered == 0 and dev.failed > 0 and not dev.warned:
+            dev.warned = True
+            warnings.warn(
+                f"sysmetrics: gpu.{dev.index} ({dev.uuid}) stopped answering NVML; its "
+                "fields are retried, less and less often",
+                SystemMetricsWarning,
+                stacklevel=3,
+            )
+
+    def _processes(self, dev: _Device) -> dict[int, int | None]:
+        """PID -> bytes held (None: not reported) of the compute, graphics and MPS lists.
+
+        A PID in several lists is counted once (each list reports its whole memory).
+        """
+        procs: dict[int, int | None] = {}
+        for kind in list(dev.lists.names):
+            listed = self._try(dev, dev.lists, kind, partial(self._list, dev.handle, kind))
+            for pid, held in listed or []:
+                before = procs.get(pid)
+                procs[pid] = held if before is None else max(before, held or 0)
         return procs
+
+    def _list(self, handle: Any, kind: str) -> list[tuple[int, int | None]]:
+        """One process list, in the layout of the functions the driver exports."""
+        if self._layout is None:
+            self._layout = process_layout(self.nvml)
+        listed = list_processes(self.nvml, handle, kind, self._layout)
+        if self._layout[0] == "_v3" and any(pid == 0 for pid, _ in listed[1:]):
+            # Entries after the first are garbage: _v3 writes a layout other than the one
+            # read (early R535 and a binding reading 24 bytes an entry). _v2 has one layout.
+            log.debug("sysmetrics: NVML _v3 process lists are garbled: using _v2 instead")
+            self._layout = ("_v2", _ProcessInfoV2)
+            listed = list_processes(self.nvml, handle, kind, self._layout)
+        return listed
 
     @staticmethod
     def _process_keys(
-        out: dict[str, float], dev: _Device, values: dict[str, float], ours: list[Any]
+        out: dict[str, float], dev: _Device, values: dict[str, float], ours: dict[int, Any]
     ) -> None:
         prefix = f"gpu.process.{dev.index}."
         for k, v in values.items():
             out[prefix + k] = v
-        held = [getattr(p, "usedGpuMemory", None) for p in ours]
+        held = list(ours.values())
         if held and all(isinstance(m, int) for m in held):
-            out[prefix + "processMemoryAllocatedBytes"] = float(sum(m for m in held if m))
+            out[prefix + "processMemoryAllocatedBytes"] = float(sum(held))
 
     def _pid_exists(self, pid: int) -> bool:
         return os.path.exists(f"{self.proc_root}/{pid}")
