@@ -128,6 +128,12 @@ DESCRIPTIONS: tuple[Description, ...] = (
     Description("network.recv", "bytes", "counter",
                 "Data received on every interface (loopback included) since the monitor started",
                 "network_receive_bytes_total"),
+    Description("cpu.energyJoules", "J", "counter",
+                "Energy used by the CPU packages (RAPL) since the monitor started",
+                "cpu_energy_joules_total"),
+    Description("memory.energyJoules", "J", "counter",
+                "Energy used by DRAM (RAPL) since the monitor started",
+                "memory_energy_joules_total"),
     # GPUs: NVIDIA (NVML), AMD (rocm-smi, amd-smi), Apple (gpu.0 only).
     *_GPU,
     *(replace(d, key=d.key.replace("gpu.", "gpu.process.", 1), prometheus=None,

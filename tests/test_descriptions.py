@@ -38,6 +38,7 @@ from sysmetrics.collectors import (
 )
 from sysmetrics.collectors.amd import parse_amd_smi, parse_amd_smi_limits, parse_rocm_smi
 from sysmetrics.collectors.apple import parse_ioreg, parse_macmon
+from sysmetrics.collectors.rapl import RaplCollector
 from sysmetrics.collectors.tpu import parse_tpu_info
 from sysmetrics.collectors.trainium import parse_neuron_monitor
 from sysmetrics.descriptions import DESCRIPTIONS, Description, describe, markdown_table
@@ -90,6 +91,15 @@ def samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Samples
         NetworkCollector(source),
     ]
     out: Samples = {"host": [(c, c.sample()) for c in host]}
+    rapl_root = tmp_path / "powercap"
+    for zone, name in (("intel-rapl:0", "package-0"), ("intel-rapl:0/intel-rapl:0:1", "dram")):
+        (rapl_root / zone).mkdir(parents=True)
+        (rapl_root / zone / "name").write_text(name + "\n")
+        (rapl_root / zone / "energy_uj").write_text("1000\n")
+        (rapl_root / zone / "max_energy_range_uj").write_text("262143328850\n")
+    rapl = RaplCollector.create(str(rapl_root))
+    assert rapl is not None
+    out["rapl"] = [(rapl, rapl.sample())]
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     instances = [GPU("MIG-b0", used=1 << 30, total=10 << 30, is_mig=True),
