@@ -19,6 +19,7 @@ from typing_extensions import TypedDict, Unpack
 from sysmetrics._checks import one_or_many, positive_int
 from sysmetrics.cgroup import Cgroup, find_cgroup
 from sysmetrics.collectors.amd import AMDCollector
+from sysmetrics.collectors.amd_sysfs import AMDSysfsCollector
 from sysmetrics.collectors.apple import AppleCollector
 from sysmetrics.collectors.base import Collector
 from sysmetrics.collectors.cpu import CPUCollector
@@ -29,6 +30,7 @@ from sysmetrics.collectors.network import NetworkCollector
 from sysmetrics.collectors.nvidia import GpuId, NvidiaCollector
 from sysmetrics.collectors.openmetrics import Filters, OpenMetricsCollector
 from sysmetrics.collectors.process import ProcessCollector
+from sysmetrics.collectors.rapl import RaplCollector
 from sysmetrics.collectors.tpu import TPUCollector
 from sysmetrics.collectors.trainium import TrainiumCollector
 from sysmetrics.host import HostSource, Job, default_source
@@ -194,6 +196,20 @@ def _open_metrics(c: Context) -> Collector | None:
     )
 
 
+def _amd(c: Context) -> Collector | None:
+    """The AMD collector: the amdgpu driver's sysfs first, else rocm-smi/amd-smi.
+
+    The tool is used where sysfs has no amdgpu card, or where ``rocm_smi_path`` names it
+    (which still checks that path).
+    """
+    path = c.options["rocm_smi_path"]
+    if path is None:
+        found = AMDSysfsCollector.create()
+        if found is not None:
+            return found
+    return AMDCollector.create(path)
+
+
 # In order. The ones that may raise on a bad option come before the accelerators that
 # open handles, NVML last.
 DEFAULT_SET: tuple[Callable[[Context], Collector | None], ...] = (
@@ -202,8 +218,9 @@ DEFAULT_SET: tuple[Callable[[Context], Collector | None], ...] = (
     lambda c: MemoryCollector(c.source, c.cgroup),
     lambda c: DiskCollector(c.source, c.options["disk_paths"]),
     lambda c: NetworkCollector(c.source),
+    lambda c: RaplCollector.create(),
     _open_metrics,
-    lambda c: AMDCollector.create(c.options["rocm_smi_path"]),
+    _amd,
     lambda c: AppleCollector.create(),
     lambda c: TrainiumCollector.create(c.source, c.job, c.tree),
     lambda c: TPUCollector.create(),
