@@ -24,7 +24,17 @@ What it models, after the NVML API reference (https://docs.nvidia.com/deploy/nvm
   every call returns ``UNINITIALIZED``;
 * return codes injected per GPU and C function (:attr:`FakeGpu.errors`, or
   :attr:`FakeGpu.failing` for every call): NOT_SUPPORTED, NO_PERMISSION, TIMEOUT, UNKNOWN,
-  ...; ``FakeGpu.lost`` answers GPU_IS_LOST; a handle it does not know, INVALID_ARGUMENT.
+  ...; ``FakeGpu.lost`` answers GPU_IS_LOST; a handle it does not know, INVALID_ARGUMENT;
+  ``FakeGpu.denied``: ``nvmlDeviceGetHandleByIndex`` answers NO_PERMISSION (the user may
+  not open that GPU's device file) and ``nvmlDeviceGetHandleByUUID`` does not find it;
+* MIG: ``nvmlDeviceGetMigDeviceHandleByIndex`` over up to 7 slots (an empty slot, None in
+  :attr:`FakeGpu.mig`, answers NOT_FOUND); :meth:`FakeNvmlLib.reconfigure_mig` destroys
+  and creates instances, after which the old MIG handles answer INVALID_ARGUMENT, as NVML
+  documents for handles of destroyed instances;
+* fan speed (%), total energy (``unsigned long long`` mJ since the driver loaded), current
+  clocks event (throttle) reasons as an ``unsigned long long`` bit mask, under its R535
+  name ``nvmlDeviceGetCurrentClocksEventReasons`` and the older
+  ``nvmlDeviceGetCurrentClocksThrottleReasons``; None in a field answers NOT_SUPPORTED.
 
 The binding under test is a private copy of ``pynvml`` (:func:`binding`), so no test
 changes the imported module.
@@ -36,7 +46,7 @@ import ctypes
 import importlib.util
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from ctypes import c_char_p, c_int, c_uint, c_ulonglong, c_void_p
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -47,6 +57,7 @@ from pynvml import (
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_INSUFFICIENT_SIZE,
     NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NO_PERMISSION,
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_ERROR_UNINITIALIZED,
@@ -122,13 +133,14 @@ _V3 = {f"nvmlDeviceGet{k}RunningProcesses_v3" for k in _PROCESS_LISTS}
 _V2 = {f"nvmlDeviceGet{k}RunningProcesses_v2" for k in _PROCESS_LISTS}
 _LATER = {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTemperatureV"}
 _CC = {"nvmlDeviceGetConfComputeMemSizeInfo", "nvmlDeviceGetRunningProcessDetailList"}
+_EVENTS = {"nvmlDeviceGetCurrentClocksEventReasons"}  # the R535 name of the throttle reasons
 
 # Driver generation -> symbols it does NOT export (of those the fake implements). The
 # releases are approximate (_v3 and nvmlMemory_v2 from R510, ConfCompute from R535,
 # RunningProcessDetailList from R545); what the tests rely on is which symbols go together.
 DRIVERS: dict[str, set[str]] = {
-    "r440": _V3 | _V2 | _LATER | _CC,  # v1 process lists only
-    "r470": _V3 | _LATER | _CC,  # before R510: no _v3, no v2 memory struct
+    "r440": _V3 | _V2 | _LATER | _CC | _EVENTS,  # v1 process lists only
+    "r470": _V3 | _LATER | _CC | _EVENTS,  # before R510: no _v3, no v2 memory struct
     "r535": {"nvmlDeviceGetTemperatureV", "nvmlDeviceGetRunningProcessDetailList"},
     "r550": {"nvmlDeviceGetTemperatureV"},
     "latest": set(),
@@ -151,6 +163,9 @@ class FakeGpu:
     clocks: tuple[int, int, int] = (1300, 1400, 5000)  # NVML_CLOCK_GRAPHICS, _SM, _MEM
     ecc: tuple[int, int] = (3, 0)  # corrected, uncorrected
     encoder: int = 5
+    fan: int | None = 30  # %; None: NOT_SUPPORTED (a passively cooled board)
+    energy_mj: int | None = 5_000_000  # since the driver loaded; None: NOT_SUPPORTED
+    clocks_event_reasons: int | None = 0  # bit mask, nvmlClocksEventReason*
     # (pid, bytes or None for "not available") per list
     compute: list[tuple[int, int | None]] = field(default_factory=list)
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
@@ -158,7 +173,8 @@ class FakeGpu:
     errors: dict[str, int] = field(default_factory=dict)  # C function name -> return code
     failing: int = NVML_SUCCESS  # a return code every call about this GPU answers
     lost: bool = False
-    mig: list[FakeGpu] | None = None  # MIG devices when the GPU is in MIG mode
+    denied: bool = False  # NO_PERMISSION for its handle
+    mig: Sequence[FakeGpu | None] | None = None  # MIG slots when in MIG mode (None: empty)
     is_mig: bool = False
 
 
@@ -207,7 +223,21 @@ class FakeNvmlLib:
 
     def everything(self) -> list[FakeGpu]:
         """The GPUs and their MIG devices."""
-        return self.gpus + [m for g in self.gpus for m in (g.mig or [])]
+        return self.gpus + [m for g in self.gpus for m in (g.mig or []) if m is not None]
+
+    def reconfigure_mig(self, gpu: FakeGpu, instances: Sequence[FakeGpu | None]) -> None:
+        """Destroy ``gpu``'s MIG instances and create ``instances``: old handles go stale.
+
+        An instance of ``instances`` that was there before keeps its handle.
+        """
+        kept = {id(m) for m in instances if m is not None}
+        for address in [a for a, g in self._structs.items() if g.is_mig and id(g) not in kept]:
+            if any(g is self._structs[address] for g in gpu.mig or []):
+                del self._structs[address]
+        known = {id(g) for g in self._structs.values()}
+        gpu.mig = instances
+        for new in [m for m in instances if m is not None and id(m) not in known]:
+            self._new_handle(new)
 
     def _new_handle(self, gpu: FakeGpu) -> None:
         block = ctypes.create_string_buffer(8)  # what an nvmlDevice_t points to
@@ -291,6 +321,8 @@ class FakeNvmlLib:
         def f(index: int, out: int) -> int:
             if not 0 <= index < len(self.gpus):
                 return NVML_ERROR_INVALID_ARGUMENT
+            if self.gpus[index].denied:
+                return NVML_ERROR_NO_PERMISSION
             return self._give_handle(self.gpus[index], out)
 
         return f, c_uint, _P
@@ -298,7 +330,7 @@ class FakeNvmlLib:
     def _c_nvmlDeviceGetHandleByUUID(self) -> tuple[Any, ...]:
         def f(uuid: bytes, out: int) -> int:
             for gpu in self.everything():
-                if gpu.uuid.encode() == uuid:
+                if gpu.uuid.encode() == uuid and not gpu.denied:
                     return self._give_handle(gpu, out)
             return NVML_ERROR_NOT_FOUND
 
@@ -349,11 +381,37 @@ class FakeNvmlLib:
     def _c_nvmlDeviceGetEncoderUtilization(self) -> tuple[Any, ...]:
         return self._uints(lambda g: (g.encoder, 167_000), 2)  # %, sampling period (us)
 
+    def _c_nvmlDeviceGetFanSpeed(self) -> tuple[Any, ...]:
+        return self._uints(lambda g: None if g.fan is None else (g.fan,))
+
+    @staticmethod
+    def _ulonglong(read: Callable[[FakeGpu], int | None]) -> tuple[Any, ...]:
+        """A function writing ``read(gpu)`` to its ``unsigned long long`` pointer."""
+
+        def f(gpu: FakeGpu, out: int) -> int:
+            value = read(gpu)
+            if value is None:
+                return NVML_ERROR_NOT_SUPPORTED
+            _at(out, c_ulonglong).value = value
+            return NVML_SUCCESS
+
+        return f, _P, _P
+
+    def _c_nvmlDeviceGetTotalEnergyConsumption(self) -> tuple[Any, ...]:
+        return self._ulonglong(lambda g: g.energy_mj)
+
+    def _c_nvmlDeviceGetCurrentClocksEventReasons(self) -> tuple[Any, ...]:
+        return self._ulonglong(lambda g: g.clocks_event_reasons)
+
+    def _c_nvmlDeviceGetCurrentClocksThrottleReasons(self) -> tuple[Any, ...]:
+        return self._ulonglong(lambda g: g.clocks_event_reasons)
+
     def _c_nvmlDeviceGetMigDeviceHandleByIndex(self) -> tuple[Any, ...]:
         def f(gpu: FakeGpu, j: int, out: int) -> int:
             if gpu.mig is None or j >= len(gpu.mig):
                 return NVML_ERROR_NOT_FOUND
-            return self._give_handle(gpu.mig[j], out)
+            mig = gpu.mig[j]
+            return NVML_ERROR_NOT_FOUND if mig is None else self._give_handle(mig, out)
 
         return f, _P, c_uint, _P
 

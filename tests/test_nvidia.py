@@ -179,9 +179,12 @@ def test_mig_device_visible_by_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_gpu_ids_follow_cuda_numbering(monkeypatch: pytest.MonkeyPatch) -> None:
     gpus = [GPU(f"GPU-{n}", temp=60 + n, minor=n) for n in range(4)]
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,GPU-1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
     snap = collector(gpus).sample()
     assert (snap["gpu.0.temp"], snap["gpu.1.temp"]) == (63, 61)  # CUDA 0 is NVML 3
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-3,GPU-1")
+    assert (collector(gpus).sample()["gpu.1.temp"]) == 61
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
     assert "gpu.2.temp" not in snap
     snap = collector(gpus, gpu_ids=[1]).sample()
     assert snap["gpu.1.temp"] == 61 and "gpu.0.temp" not in snap
@@ -366,3 +369,240 @@ def test_memory_v2_version_mismatch_falls_back_to_v1() -> None:
     assert snap["gpu.0.memoryAllocated"] == pytest.approx(5 / 16 * 100)
     v2 = collector([gpu]).sample()
     assert v2["gpu.0.memoryAllocatedBytes"] == 4 << 30  # v2: allocated only
+
+
+# CUDA_VISIBLE_DEVICES and numbering (CUDA C Programming Guide, "CUDA Environment Variables").
+
+_UUIDS = [
+    "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6",
+    "GPU-8977aa01-0000-4000-8000-000000000001",
+    "GPU-1111aa01-0000-4000-8000-000000000002",
+    "GPU-2222aa01-0000-4000-8000-000000000003",
+]
+
+
+def four_gpus() -> list[GPU]:
+    return [GPU(u, temp=60 + n, minor=n) for n, u in enumerate(_UUIDS)]
+
+
+def numbering(snap: dict[str, float]) -> dict[int, int]:
+    """CUDA index -> NVML index (the temperature tells the GPU: 60 + its NVML index)."""
+    return {int(k.split(".")[1]): int(v) - 60 for k, v in snap.items()
+            if k.startswith("gpu.") and k.endswith(".temp") and "process" not in k}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("2,0", {0: 2, 1: 0}),
+        (" 1 , 3", {0: 1, 1: 3}),
+        ("1gpu2,3", {0: 1, 1: 3}),  # read as strtoul reads: the leading digits
+        ("GPU-8932f937", {0: 0}),  # a unique UUID prefix
+        ("GPU-1111aa01,GPU-8932", {0: 2, 1: 0}),
+        ("GPU-89", {}),  # a prefix of two UUIDs names no GPU: the list ends there
+        ("0,7,1", {0: 0}),  # the first invalid entry ends the list
+        ("0,-1,1", {0: 0}),
+        ("3,GPU-nope,1", {0: 3}),
+        ("GPU-2222,3", {0: 3}),  # an index after UUIDs is invalid: the list ends
+        ("1,0,1", {}),  # a repeated device: CUDA sees no device at all
+        ("GPU-2222,3,GPU-2222aa01", {0: 3}),  # ...unless the list ended before it
+        ("GPU-1111,GPU-1111aa01-0000-4000-8000-000000000002", {}),
+        ("", {}),  # no GPU
+    ],
+)
+def test_cuda_visible_devices_as_cuda_parses_it(
+    monkeypatch: pytest.MonkeyPatch, spec: str, expected: dict[int, int]
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", spec)
+    nvml = make_nvml(four_gpus())
+    c = NvidiaCollector.create(default_source(), os.getpid(), nvml=nvml)
+    snap = {} if c is None else c.sample()
+    assert numbering(snap) == expected
+
+
+def test_gpu_without_permission_hides_no_other_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvmlDeviceGetHandleByIndex answers NO_PERMISSION for NVML 1: it is skipped alone."""
+    gpus = four_gpus()
+    gpus[1].denied = True
+    assert numbering(collector(gpus).sample()) == {0: 0, 2: 2, 3: 3}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1,0")
+    assert numbering(collector(gpus).sample()) == {0: 3, 2: 0}  # CUDA 1 keeps its number
+
+
+def fake_torch(uuids: list[Any], initialized: bool = True) -> Any:
+    """A stand-in for an imported ``torch`` whose CUDA is initialised: CUDA cannot run here.
+
+    Only what the collector reads: ``torch.cuda.is_initialized``, ``device_count`` and
+    ``get_device_properties(i).uuid`` (a ``uuid.UUID``-like object or a string).
+    """
+    from types import SimpleNamespace
+
+    cuda = SimpleNamespace(
+        is_initialized=lambda: initialized,
+        device_count=lambda: len(uuids),
+        get_device_properties=lambda i: SimpleNamespace(uuid=uuids[i]),
+    )
+    return SimpleNamespace(cuda=cuda)
+
+
+def test_numbering_follows_torch_where_it_initialised_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FASTEST_FIRST on a mixed node: torch's CUDA 0 is NVML 2, CUDA 1 is NVML 0."""
+    import uuid
+
+    as_object = uuid.UUID(_UUIDS[2][4:])  # torch's _CUuuid prints without "GPU-"
+    monkeypatch.setitem(sys.modules, "torch", fake_torch([as_object, _UUIDS[0]]))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,2")  # what the environment alone says
+    assert numbering(collector(four_gpus()).sample()) == {0: 2, 1: 0}
+    monkeypatch.setitem(sys.modules, "torch", fake_torch([_UUIDS[2]], initialized=False))
+    assert numbering(collector(four_gpus()).sample()) == {0: 0, 1: 2}  # the environment
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(["GPU-not-on-this-node"]))
+    assert numbering(collector(four_gpus()).sample()) == {0: 0, 1: 2}
+
+
+def test_numbering_never_imports_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    assert numbering(collector(four_gpus()).sample()) == {0: 0, 1: 1, 2: 2, 3: 3}
+    assert "torch" not in sys.modules
+
+
+# MIG: handles re-fetched after reconfiguration; attribution without root.
+
+
+def test_mig_instance_index_is_nvmls_mig_device_index() -> None:
+    a1 = GPU("MIG-a1", used=3 << 30, total=10 << 30, is_mig=True)
+    snap = collector([GPU("GPU-a", mig=[None, a1])]).sample()  # slot 0 is empty
+    assert snap["gpu.0.mig.1.memoryAllocatedBytes"] == 3 << 30
+    assert not any(k.startswith("gpu.0.mig.0.") for k in snap)
+
+
+def test_mig_handles_are_fetched_again_after_reconfiguration() -> None:
+    a0 = GPU("MIG-a0", used=1 << 30, total=10 << 30, is_mig=True)
+    a1 = GPU("MIG-a1", used=3 << 30, total=10 << 30, is_mig=True)
+    parent = GPU("GPU-a", mig=[a0, a1])
+    c = collector([parent])
+    now = [time.monotonic()]
+    c._clock = lambda: now[0]
+    assert c.sample()["gpu.0.mig.0.memoryAllocatedBytes"] == 1 << 30
+    a2 = GPU("MIG-a2", used=5 << 30, total=10 << 30, is_mig=True)
+    c.nvml.nvmlLib.reconfigure_mig(parent, [a2, a1])  # a0 destroyed, a2 created in its slot
+    now[0] += 10
+    snap = c.sample()
+    assert snap["gpu.0.mig.0.memoryAllocatedBytes"] == 5 << 30  # a2, found again at once
+    assert snap["gpu.0.mig.1.memoryAllocatedBytes"] == 3 << 30  # a1 keeps its j
+    fetched = calls(c)["nvmlDeviceGetMigDeviceHandleByIndex"]
+    c.nvml.nvmlLib.reconfigure_mig(parent, [None, a1])  # a2 destroyed: within 5 s, once
+    snaps = [c.sample() for _ in range(3)]
+    assert calls(c)["nvmlDeviceGetMigDeviceHandleByIndex"] == fetched  # not fetched again
+    assert all(s["gpu.0.mig.1.memoryAllocatedBytes"] == 3 << 30 for s in snaps)
+    now[0] += 10
+    snap = c.sample()
+    assert calls(c)["nvmlDeviceGetMigDeviceHandleByIndex"] > fetched
+    assert snap["gpu.0.mig.1.memoryAllocatedBytes"] == 3 << 30
+    assert not any(k.startswith("gpu.0.mig.0.") for k in snap)
+    a3 = GPU("MIG-a3", used=2 << 30, total=10 << 30, is_mig=True)
+    c.nvml.nvmlLib.reconfigure_mig(parent, [a3, a1])  # a3 created, no handle goes stale
+    assert not any(k.startswith("gpu.0.mig.0.") for k in c.sample())
+    now[0] += 60
+    assert c.sample()["gpu.0.mig.0.memoryAllocatedBytes"] == 2 << 30  # found in a minute
+
+
+_ROOT_ONLY = {f"nvmlDeviceGet{k}RunningProcesses_v3": pynvml.NVML_ERROR_NO_PERMISSION
+              for k in ("Compute", "Graphics", "MPSCompute")}  # fmt: skip
+_ROOT_ONLY["nvmlDeviceGetMemoryInfo_v2"] = pynvml.NVML_ERROR_NO_PERMISSION
+
+
+def test_mig_parent_without_root_attributes_through_its_instances() -> None:
+    """Without root a MIG parent's process lists answer NO_PERMISSION; its instances' do not."""
+    a0 = GPU("MIG-a0", is_mig=True, compute=[(os.getpid(), 1 << 30)])
+    a1 = GPU("MIG-a1", is_mig=True, compute=[(1, 2 << 30)])
+    snap = collector([GPU("GPU-a", mig=[a0, a1], errors=dict(_ROOT_ONLY))]).sample()
+    assert snap["gpu.process.0.processMemoryAllocatedBytes"] == 1 << 30
+    assert "gpu.0.memoryAllocatedBytes" not in snap and snap["gpu.0.temp"] == 60
+
+
+def test_mig_gpu_is_never_attributed_by_its_device_file(tmp_path: Path) -> None:
+    """Every instance's process holds the parent's /dev/nvidiaN open: it tells nothing."""
+    fd = tmp_path / "proc" / str(os.getpid()) / "fd"
+    fd.mkdir(parents=True)
+    (fd / "7").symlink_to("/dev/nvidia0")
+    a0 = GPU("MIG-a0", is_mig=True, compute=[(os.getpid() + 4_000_000, 1 << 30)])
+    c = collector([GPU("GPU-a", mig=[a0], errors=dict(_ROOT_ONLY))])
+    c.proc_root = str(tmp_path / "proc")
+    snap = c.sample()
+    assert not any(k.startswith("gpu.process.") for k in snap), sorted(snap)
+
+
+# Fan, enforced power limit, energy, throttle reasons.
+
+
+def test_fan_power_limit_energy_and_throttle_reasons() -> None:
+    gpu = GPU("GPU-a", fan=45, limit_mw=250_000, energy_mj=7_000_000, compute=[(os.getpid(), 1)])
+    c = collector([gpu])
+    snap = c.sample()
+    assert snap["gpu.0.fanSpeed"] == 45 and snap["gpu.0.enforcedPowerLimitWatts"] == 250.0
+    assert snap["gpu.0.energyJoules"] == 0.0  # since the monitor started
+    assert [snap[f"gpu.0.throttle.{k}"] for k in ("thermal", "powerCap", "hwSlowdown")] == [0] * 3
+    gpu.energy_mj = 7_012_500
+    gpu.clocks_event_reasons = pynvml.nvmlClocksEventReasonSwThermalSlowdown | (
+        pynvml.nvmlClocksEventReasonSwPowerCap
+    )
+    snap = c.sample()
+    assert snap["gpu.0.energyJoules"] == 12.5
+    assert [snap[f"gpu.0.throttle.{k}"] for k in ("thermal", "powerCap", "hwSlowdown")] == [1, 1, 0]
+    gpu.clocks_event_reasons = pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown
+    snap = c.sample()
+    assert [snap[f"gpu.0.throttle.{k}"] for k in ("thermal", "powerCap", "hwSlowdown")] == [0, 0, 1]
+    gpu.clocks_event_reasons = pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
+    assert c.sample()["gpu.0.throttle.thermal"] == 1
+    assert snap["gpu.process.0.energyJoules"] == snap["gpu.0.energyJoules"]
+    assert snap["gpu.process.0.throttle.hwSlowdown"] == 1
+    assert c.aggregation("gpu.0.energyJoules") == "last"
+    assert c.aggregation("gpu.0.throttle.thermal") == "mean"  # the share of samples
+    assert calls(c)["nvmlDeviceGetCurrentClocksThrottleReasons"] == 0
+
+
+def test_throttle_reasons_under_their_pre_r535_name() -> None:
+    gpu = GPU("GPU-a", clocks_event_reasons=pynvml.nvmlClocksThrottleReasonHwSlowdown)
+    c = collector([gpu], driver="r470")
+    assert c.sample()["gpu.0.throttle.hwSlowdown"] == 1
+    assert calls(c)["nvmlDeviceGetCurrentClocksThrottleReasons"] == 1
+
+
+def test_energy_is_integrated_from_power_where_nvml_has_no_counter() -> None:
+    gpu = GPU("GPU-a", energy_mj=None, power_mw=100_000)
+    c = collector([gpu])
+    now = [50.0]
+    c._clock = lambda: now[0]
+    assert c.sample()["gpu.0.energyJoules"] == 0.0
+    now[0] += 2.0
+    gpu.power_mw = 200_000
+    assert c.sample()["gpu.0.energyJoules"] == pytest.approx(300.0)  # (100 + 200) / 2 * 2 s
+    now[0] += 1.0
+    assert c.sample()["gpu.0.energyJoules"] == pytest.approx(500.0)
+
+
+def test_unsupported_fan_energy_and_throttle_are_absent() -> None:
+    gpu = GPU("GPU-a", fan=None, clocks_event_reasons=None, energy_mj=None,
+              errors={"nvmlDeviceGetPowerUsage": pynvml.NVML_ERROR_NOT_SUPPORTED})  # fmt: skip
+    c = collector([gpu])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        snaps = [c.sample() for _ in range(3)]
+    for snap in snaps:
+        assert not any(w in k for k in snap for w in ("fan", "energy", "throttle", "powerW"))
+        assert snap["gpu.0.enforcedPowerLimitWatts"] == 300.0 and snap["gpu.0.temp"] == 60
+    assert calls(c)["nvmlDeviceGetFanSpeed"] == 1
+
+
+def test_throttle_bits_are_nvmls() -> None:
+    from sysmetrics.collectors import nvidia
+
+    thermal = pynvml.nvmlClocksThrottleReasonSwThermalSlowdown | (
+        pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
+    )
+    hw = pynvml.nvmlClocksThrottleReasonHwSlowdown | (
+        pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown
+    )
+    ours = (nvidia._THERMAL, nvidia._POWER_CAP, nvidia._HW_SLOWDOWN)
+    assert ours == (thermal, pynvml.nvmlClocksEventReasonSwPowerCap, hw)

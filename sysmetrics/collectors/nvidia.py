@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -71,6 +72,22 @@ def _clock(kind: str) -> Callable[[Any, Any], float]:
     return read
 
 
+def _clocks_event_reasons(nvml: Any, h: Any) -> int:
+    """The bit mask of why the clocks are held down: R535's name, else the older one."""
+    if hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons"):
+        try:
+            return int(nvml.nvmlDeviceGetCurrentClocksEventReasons(h))
+        except nvml.NVMLError_FunctionNotFound:
+            pass  # a driver before R535
+    return int(nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+
+
+# nvmlClocksEventReason* (nvml.h; the same bits as nvmlClocksThrottleReason*)
+_THERMAL = 0x20 | 0x40  # SwThermalSlowdown | HwThermalSlowdown
+_POWER_CAP = 0x4  # SwPowerCap
+_HW_SLOWDOWN = 0x8 | 0x80  # HwSlowdown | HwPowerBrakeSlowdown
+_THROTTLE = {"thermal": _THERMAL, "powerCap": _POWER_CAP, "hwSlowdown": _HW_SLOWDOWN}
+
 # Each field is read on its own, so one a device does not support is dropped alone.
 # name -> reader(nvml, handle) returning one number or a dict of named numbers.
 _FIELDS: dict[str, Callable[[Any, Any], Any]] = {
@@ -78,7 +95,10 @@ _FIELDS: dict[str, Callable[[Any, Any], Any]] = {
     "memory": _memory,
     "temp": _temperature,
     "powerWatts": lambda nvml, h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-    "powerLimit": lambda nvml, h: nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+    "enforcedPowerLimitWatts": lambda nvml, h: nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+    "energy": lambda nvml, h: float(nvml.nvmlDeviceGetTotalEnergyConsumption(h)),  # mJ
+    "fanSpeed": lambda nvml, h: float(nvml.nvmlDeviceGetFanSpeed(h)),
+    "throttle": _clocks_event_reasons,
     "smClock": _clock("SM"),
     "memoryClock": _clock("MEM"),
     "graphicsClock": _clock("GRAPHICS"),
@@ -109,15 +129,34 @@ class _Fields:
 
 
 @dataclass
+class _Mig:
+    """One MIG device of a GPU in MIG mode: its handle, UUID, fields and process lists."""
+
+    handle: Any
+    uuid: str
+    fields: _Fields = field(default_factory=lambda: _Fields(list(_MIG_FIELDS)))
+    lists: _Fields = field(default_factory=lambda: _Fields(list(_PROCESS_LISTS)))
+
+
+_MIG_REFETCH_S = 5.0  # at most one re-fetch of a GPU's MIG handles in this many seconds
+_MIG_RESCAN_S = 60.0  # and one at least this often, to find instances created meanwhile
+
+
+@dataclass
 class _Device:
     index: int  # CUDA's number for it, the {i} in the keys
     handle: Any
     uuid: str
     minor: int | None = None  # N of /dev/nvidiaN
     fields: _Fields = field(default_factory=lambda: _Fields([]))
-    mig: list[tuple[Any, _Fields]] = field(default_factory=list)  # MIG devices, in MIG mode
+    mig_mode: bool = False
+    mig: dict[int, _Mig] = field(default_factory=dict)  # j -> MIG device, in MIG mode
+    mig_fetched: float = float("-inf")  # when the MIG handles were last fetched (s)
     lists: _Fields = field(default_factory=lambda: _Fields(list(_PROCESS_LISTS)))
     lost: bool = False
+    energy_base: float | None = None  # mJ: NVML's first energy reading
+    energy: float = 0.0  # J since the monitor started, as last reported
+    power_at: tuple[float, float] | None = None  # (time s, W) of the last power reading
     answered: int = 0  # this tick: calls answered, and calls failing for now
     failed: int = 0
     warned: bool = False  # that it stopped answering
@@ -209,47 +248,170 @@ def _uuid(nvml: Any, handle: Any) -> str:
     return u.decode() if isinstance(u, bytes) else str(u)
 
 
-def visible_devices(nvml: Any, env: Mapping[str, str] | None = None) -> list[tuple[Any, str]]:
-    """(handle, UUID) of each GPU CUDA shows this process, in CUDA's order.
+_UUID_KINDS = ("GPU-", "MIG-")
+_Visible = tuple[int, Any, str]  # (CUDA index, handle, UUID)
 
-    ``CUDA_VISIBLE_DEVICES`` entries are NVML indices or (``GPU-``/``MIG-``) UUIDs; as in
-    CUDA, the list ends at the first entry that names no device.
-    """
-    spec = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
-    count = nvml.nvmlDeviceGetCount()
-    entries = [str(i) for i in range(count)] if spec is None else spec.split(",")
-    out = []
-    for entry in (e.strip() for e in entries):
+
+def _leading_int(entry: str) -> int | None:
+    """The number ``strtoul`` reads at the start of ``entry`` (``"1gpu2"``: 1); None if none."""
+    digits = entry[1:] if entry[:1] == "+" else entry
+    n = len(digits) - len(digits.lstrip("0123456789"))
+    return int(digits[:n]) if n else None
+
+
+def _every_uuid(nvml: Any) -> dict[str, Any]:
+    """UUID -> handle of every GPU and MIG device NVML lets this user open."""
+    found: dict[str, Any] = {}
+    for i in range(nvml.nvmlDeviceGetCount()):
         try:
-            if entry.isdigit():
-                if int(entry) >= count:
-                    break
-                handle = nvml.nvmlDeviceGetHandleByIndex(int(entry))
-            else:
-                handle = nvml.nvmlDeviceGetHandleByUUID(entry)
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            found[_uuid(nvml, handle)] = handle
+            if nvml.nvmlDeviceGetMigMode(handle)[0] != 1:
+                continue
+            for j in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+                try:
+                    mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
+                except nvml.NVMLError:
+                    continue
+                found[_uuid(nvml, mig)] = mig
         except nvml.NVMLError:
+            continue
+    return found
+
+
+def _by_uuid(nvml: Any, entry: str, known: dict[str, Any]) -> Any:
+    """The handle a CUDA_VISIBLE_DEVICES UUID entry names (a unique prefix will do); or None."""
+    try:
+        return nvml.nvmlDeviceGetHandleByUUID(entry)
+    except (*_errors(nvml, "NotFound", "InvalidArgument"),):
+        pass
+    if not known:
+        known.update(_every_uuid(nvml))
+    match = [h for u, h in known.items() if u.startswith(entry)]
+    return match[0] if len(match) == 1 else None
+
+
+def _torch_order(nvml: Any) -> list[_Visible] | None:
+    """CUDA's numbering as the imported ``torch`` has it, once it initialised CUDA; else None.
+
+    torch is never imported here and CUDA never initialised: only a ``torch`` already in
+    ``sys.modules`` whose ``torch.cuda.is_initialized()`` is consulted. Each CUDA device's
+    ``get_device_properties(i).uuid`` (a UUID object printing without ``GPU-``, or a
+    string) is looked up in NVML (a MIG device's as ``MIG-``); None where any is not found.
+    """
+    torch = sys.modules.get("torch")
+    try:
+        cuda = getattr(torch, "cuda", None)
+        if cuda is None or not cuda.is_initialized():
+            return None
+        uuids = [str(cuda.get_device_properties(i).uuid) for i in range(cuda.device_count())]
+    except Exception as exc:
+        log.debug("sysmetrics: torch's CUDA devices unreadable, numbering from the env: %s", exc)
+        return None
+    out: list[_Visible] = []
+    for i, raw in enumerate(uuids):
+        text = raw if raw.startswith(_UUID_KINDS) else f"GPU-{raw}"
+        for candidate in (text, "MIG-" + text[4:]):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByUUID(candidate)
+            except nvml.NVMLError:
+                continue
+            out.append((i, handle, _uuid(nvml, handle)))
             break
-        out.append((handle, _uuid(nvml, handle)))
+        else:
+            log.debug("sysmetrics: torch's CUDA %d (%s) unknown to NVML: numbering from "
+                      "CUDA_VISIBLE_DEVICES", i, raw)  # fmt: skip
+            return None
     return out
 
 
-def select(
-    visible: list[tuple[Any, str]], gpu_ids: Sequence[GpuId] | None
-) -> list[tuple[int, Any, str]]:
+def visible_devices(nvml: Any, env: Mapping[str, str] | None = None) -> list[_Visible]:
+    """(CUDA index, handle, UUID) of each GPU CUDA shows this process, in CUDA's order.
+
+    Where ``torch`` is imported and has initialised CUDA, its devices' UUIDs give the
+    numbering (:func:`_torch_order`). Otherwise ``CUDA_VISIBLE_DEVICES`` is parsed as CUDA
+    does (CUDA C Programming Guide, "CUDA Environment Variables"; as
+    ``torch.cuda._parse_visible_devices`` and nvitop's ``_parse_cuda_visible_devices``):
+
+    * entries are NVML indices (read as ``strtoul`` does: ``"1gpu2"`` is 1) or UUIDs,
+      ``GPU-...``/``MIG-...``, of which a unique prefix will do (``GPU-8932f937``); the
+      first entry decides which, an entry of the other kind is invalid;
+    * the list ends at the first invalid entry (out of range, negative, no unique match);
+    * a device named twice makes the whole list empty: CUDA then sees no device (torch:
+      "Repeated ordinal results in empty set"; nvitop: "duplicate identifiers found");
+    * an empty string means no GPU; unset, every NVML index in NVML's order.
+
+    NVML numbers GPUs in PCI bus order, as CUDA does under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
+    CUDA's default, ``FASTEST_FIRST``, is taken to be the same order: true on a node of one
+    GPU model, not always on a mixed one (where only torch's mapping is exact).
+
+    A GPU NVML will not open (NO_PERMISSION, or any other error for a valid index) is
+    skipped but keeps its place: the GPUs after it keep their CUDA numbers.
+    """
+    torch_order = _torch_order(nvml)
+    if torch_order is not None:
+        return torch_order
+    spec = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    count = nvml.nvmlDeviceGetCount()
+    entries = [str(i) for i in range(count)] if spec is None else spec.split(",")
+    out: list[_Visible] = []
+    seen: set[object] = set()
+    known: dict[str, Any] = {}  # every UUID, read once at the first prefix
+    kind: bool | None = None  # True: UUIDs
+    for position, raw in enumerate(entries):
+        entry = raw.strip()
+        is_uuid = entry.startswith(_UUID_KINDS)
+        if kind is not None and is_uuid != kind:
+            break
+        kind = is_uuid
+        handle: Any = None
+        try:
+            if is_uuid:
+                handle = _by_uuid(nvml, entry, known)
+                if handle is None:
+                    break
+                identity: object = _uuid(nvml, handle)
+            else:
+                index = _leading_int(entry)
+                if index is None or index >= count:
+                    break
+                identity = index
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        except nvml.NVMLError as exc:
+            log.debug("sysmetrics: CUDA device %d (%r) cannot be opened, skipped: %s",
+                      position, entry, exc)  # fmt: skip
+            handle = None
+            identity = entry
+        if identity in seen:
+            log.debug("sysmetrics: CUDA_VISIBLE_DEVICES=%r repeats a device: CUDA sees none",
+                      spec)  # fmt: skip
+            return []
+        seen.add(identity)
+        if handle is not None:
+            try:
+                out.append((position, handle, _uuid(nvml, handle)))
+            except nvml.NVMLError as exc:
+                log.debug("sysmetrics: CUDA device %d has no UUID, skipped: %s", position, exc)
+    return out
+
+
+def select(visible: list[_Visible], gpu_ids: Sequence[GpuId] | None) -> list[_Visible]:
     """(CUDA index, handle, UUID) of the chosen GPUs; all when ``gpu_ids`` is None.
 
     Raises:
         ValueError: an id that names no visible GPU.
 
     """
-    numbered = [(i, h, u) for i, (h, u) in enumerate(visible)]
+    numbered = visible
     if gpu_ids is None:
         return numbered
     chosen = []
     for gid in gpu_ids:
-        if isinstance(gid, int) and not isinstance(gid, bool) and 0 <= gid < len(numbered):
-            chosen.append(numbered[gid])
-            continue
+        if isinstance(gid, int) and not isinstance(gid, bool):
+            match = [d for d in numbered if d[0] == gid]
+            if match:
+                chosen.append(match[0])
+                continue
         if isinstance(gid, str):
             match = [d for d in numbered if d[2] == gid or d[2].startswith(gid)]
             if len(match) == 1:
@@ -257,9 +419,10 @@ def select(
                 continue
         spec = os.environ.get("CUDA_VISIBLE_DEVICES")
         where = f" under CUDA_VISIBLE_DEVICES={spec!r}" if spec is not None else ""
+        last = numbered[-1][0] if numbered else -1
         raise ValueError(
             f"gpu_ids contains {gid!r}, which names no GPU this process can see: use CUDA "
-            f"indices 0..{len(numbered) - 1}{where} or UUIDs "
+            f"indices 0..{last}{where} or UUIDs "
             f"({', '.join(u for _, _, u in numbered) or 'none'})"
         )
     return chosen
@@ -268,20 +431,34 @@ def select(
 class NvidiaCollector(BaseCollector):
     """NVIDIA GPU metrics from NVML, per GPU and for the GPUs this process tree uses.
 
-    Keys, per GPU ``i`` (CUDA's numbering under ``CUDA_VISIBLE_DEVICES``):
+    Keys, per GPU ``i`` (CUDA's numbering: see :func:`visible_devices`):
     ``gpu.{i}.gpu`` (% of time a kernel ran), ``gpu.{i}.memory`` (% of time memory was read
     or written), ``gpu.{i}.memoryAllocated`` (% of memory in use),
     ``gpu.{i}.memoryAllocatedBytes`` (bytes in use, with ``.max``), ``gpu.{i}.temp`` (°C),
-    ``gpu.{i}.powerWatts`` (W), ``gpu.{i}.powerPercent`` (% of the enforced power limit),
-    ``gpu.{i}.smClock``, ``gpu.{i}.memoryClock``, ``gpu.{i}.graphicsClock`` (MHz),
+    ``gpu.{i}.powerWatts`` (W), ``gpu.{i}.enforcedPowerLimitWatts`` (W, the power limit the
+    driver enforces), ``gpu.{i}.powerPercent`` (% of that limit), ``gpu.{i}.energyJoules``
+    (J since the monitor started, a counter), ``gpu.{i}.fanSpeed`` (% of the fan's maximum
+    speed), ``gpu.{i}.smClock``, ``gpu.{i}.memoryClock``, ``gpu.{i}.graphicsClock`` (MHz),
     ``gpu.{i}.correctedMemoryErrors``, ``gpu.{i}.uncorrectedMemoryErrors`` (volatile ECC
-    counts, latest), ``gpu.{i}.encoderUtilization`` (%). For a GPU the process tree uses,
-    the same keys again as ``gpu.process.{i}.*``, plus
+    counts, latest), ``gpu.{i}.encoderUtilization`` (%), and why the clocks are held down,
+    1 or 0 each sample (so a snapshot's mean is the share of samples throttled):
+    ``gpu.{i}.throttle.thermal`` (software or hardware thermal slowdown),
+    ``gpu.{i}.throttle.powerCap`` (software power cap) and ``gpu.{i}.throttle.hwSlowdown``
+    (hardware slowdown, power brake included), from
+    ``nvmlDeviceGetCurrentClocksEventReasons`` (``...ThrottleReasons`` before R535). For
+    a GPU the process tree uses, the same keys again as ``gpu.process.{i}.*``, plus
     ``gpu.process.{i}.processMemoryAllocatedBytes`` (bytes the tree's processes hold on
     it, with ``.max``; absent when NVML does not report it). A GPU in MIG mode reports no
-    utilization, and each MIG instance ``j`` reports ``gpu.{i}.mig.{j}.memoryAllocated`` and
-    ``gpu.{i}.mig.{j}.memoryAllocatedBytes``; a MIG device made visible by its UUID reports
-    its memory as ``gpu.{i}.*``.
+    utilization, and each MIG device ``j`` reports ``gpu.{i}.mig.{j}.memoryAllocated`` and
+    ``gpu.{i}.mig.{j}.memoryAllocatedBytes``; ``j`` is the MIG device's index in NVML's
+    enumeration (``nvmlDeviceGetMigDeviceHandleByIndex``) when first seen, and it stays
+    with that MIG device (by UUID) when the instances are reconfigured. A MIG device made
+    visible by its UUID reports its memory as ``gpu.{i}.*``.
+
+    ``energyJoules`` is ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver
+    loaded, Volta and later) less its first reading; where NVML has no such counter, the
+    integral of ``powerWatts`` over time (a trapezoid between consecutive samples), which
+    misses what changes between samples.
 
     ``memoryAllocatedBytes`` is ``used`` of ``nvmlDeviceGetMemoryInfo_v2``: allocated
     memory, without what the driver reserves, as nvidia-smi shows it. Where the driver has
@@ -300,7 +477,10 @@ class NvidiaCollector(BaseCollector):
     lists are read with the newest functions the driver exports (``_v3``, ``_v2`` or v1)
     in the layout they write. Inside a container, where NVML lists host PIDs that do not
     exist here, the ``/dev/nvidiaN`` files the tree holds open; a GPU with no process is
-    never the tree's, although CUDA opens every visible GPU's device file.
+    never the tree's, although CUDA opens every visible GPU's device file. A GPU in MIG
+    mode is never attributed by its device file (every instance's process opens it); its
+    own lists need root (NO_PERMISSION otherwise), so without root its MIG devices' lists
+    are read instead.
 
     Args:
         nvml: the initialised ``pynvml`` module.
@@ -316,7 +496,7 @@ class NvidiaCollector(BaseCollector):
     """
 
     name = "nvidia"
-    last_keys = frozenset({"correctedMemoryErrors", "uncorrectedMemoryErrors"})
+    last_keys = frozenset({"correctedMemoryErrors", "uncorrectedMemoryErrors", "energyJoules"})
     peak_keys = frozenset({"memoryAllocatedBytes", "processMemoryAllocatedBytes"})
 
     def __init__(
@@ -337,6 +517,7 @@ class NvidiaCollector(BaseCollector):
         self._minors: tuple[float, set[int]] | None = None
         self._layout: _Layout | None = None  # of the process lists, found at first use
         self._tick = 0
+        self._clock: Callable[[], float] = time.monotonic  # s, for energy and MIG re-fetch
         self._reinit_tick = -1
         self._permanent = _errors(nvml, *_PERMANENT)
         self.devices = [
@@ -391,13 +572,69 @@ class NvidiaCollector(BaseCollector):
         if self._call(lambda: nvml.nvmlDeviceIsMigDeviceHandle(handle), False):
             dev.fields.names = list(_MIG_FIELDS)
         elif self._call(lambda: nvml.nvmlDeviceGetMigMode(handle)[0], 0) == 1:
+            dev.mig_mode = True
             dev.fields.names = [f for f in dev.fields.names if f not in _MIG_PARENT_SKIPS]
-            slots = self._call(lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle), 0)
-            for j in range(slots):
-                mig = self._call(partial(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, j))
-                if mig is not None:
-                    dev.mig.append((mig, _Fields(list(_MIG_FIELDS))))
+            self._fetch_mig(dev)
         return dev
+
+    def _fetch_mig(self, dev: _Device) -> None:
+        """(Re)fetch the MIG handles of ``dev``; ``j`` is stable for a MIG device kept.
+
+        ``j`` is the MIG device's index in NVML's enumeration (the index of
+        ``nvmlDeviceGetMigDeviceHandleByIndex``) when first seen; a MIG device still there
+        after a reconfiguration (the same UUID) keeps its ``j``, a new one takes its NVML
+        index, or the lowest ``j`` free where a kept device holds that.
+        """
+        nvml, handle = self.nvml, dev.handle
+        dev.mig_fetched = self._clock()
+        found: list[tuple[int, Any, str]] = []
+        for k in range(self._call(lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle), 0)):
+            mig = self._call(partial(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, k))
+            if mig is not None:
+                found.append((k, mig, self._call(partial(_uuid, nvml, mig), f"#{k}")))
+        before = {m.uuid: (j, m) for j, m in dev.mig.items()}
+        taken = {before[u][0] for _, _, u in found if u in before}
+        mig_devices: dict[int, _Mig] = {}
+        for k, mig, uuid in found:
+            if uuid in before:
+                j, old = before[uuid]
+                mig_devices[j] = _Mig(mig, uuid, old.fields, old.lists)
+                continue
+            j = k
+            while j in taken or j in mig_devices:
+                j = min(n for n in range(len(found) + len(taken) + 1)
+                        if n not in taken and n not in mig_devices)  # fmt: skip
+            taken.add(j)
+            mig_devices[j] = _Mig(mig, uuid)
+        dev.mig = dict(sorted(mig_devices.items()))
+
+    def _read_mig(self, dev: _Device, out: dict[str, float]) -> None:
+        """The fields of each MIG device, ``gpu.{i}.mig.{j}.*``.
+
+        NVML invalidates MIG handles when instances are destroyed or created: calls then
+        answer INVALID_ARGUMENT or NOT_FOUND, and the GPU's MIG handles are fetched again
+        (at most once in ``_MIG_REFETCH_S`` seconds) and read at once; they are also
+        fetched again every ``_MIG_RESCAN_S`` seconds, to find instances created meanwhile.
+        """
+        stale = _errors(self.nvml, "InvalidArgument", "NotFound")
+        if self._clock() - dev.mig_fetched >= _MIG_RESCAN_S:
+            self._fetch_mig(dev)
+        for _ in range(2):
+            found: dict[str, float] = {}
+            outdated = False
+            for j, mig in dev.mig.items():
+                try:
+                    values = self._read(dev, mig.fields, mig.handle, stale)
+                except stale:
+                    outdated = True
+                    continue
+                for k, v in values.items():
+                    found[f"gpu.{dev.index}.mig.{j}.{k}"] = v
+            if not outdated or self._clock() - dev.mig_fetched < _MIG_REFETCH_S:
+                break
+            log.debug("sysmetrics: gpu.%s: MIG handles outdated, fetched again", dev.index)
+            self._fetch_mig(dev)
+        out.update(found)
 
     def _call(self, fn: Callable[[], Any], default: Any = None) -> Any:
         try:
@@ -421,8 +658,21 @@ class NvidiaCollector(BaseCollector):
             self.nvml.nvmlInit()
             return fn()
 
-    def _try(self, dev: _Device, fields: _Fields, name: str, fn: Callable[[], Any]) -> Any:
-        """``fn()`` for field ``name``, or None: skipped for now, failed, or dropped."""
+    def _try(
+        self,
+        dev: _Device,
+        fields: _Fields,
+        name: str,
+        fn: Callable[[], Any],
+        stale: tuple[type[Exception], ...] = (),
+    ) -> Any:
+        """``fn()`` for field ``name``, or None: skipped for now, failed, or dropped.
+
+        Raises:
+            NVMLError_GpuIsLost: the GPU is lost.
+            Exception: one of ``stale`` (an outdated MIG handle), which the caller handles.
+
+        """
         nvml = self.nvml
         if fields.skip.get(name, 0) > 0:
             fields.skip[name] -= 1
@@ -430,6 +680,8 @@ class NvidiaCollector(BaseCollector):
         try:
             value = self._nvml(fn)
         except nvml.NVMLError_GpuIsLost:
+            raise
+        except stale:
             raise
         except self._permanent as exc:
             fields.names.remove(name)
@@ -447,12 +699,18 @@ class NvidiaCollector(BaseCollector):
         fields.fails.pop(name, None)
         return value
 
-    def _read(self, dev: _Device, fields: _Fields, handle: Any) -> dict[str, float]:
+    def _read(
+        self,
+        dev: _Device,
+        fields: _Fields,
+        handle: Any,
+        stale: tuple[type[Exception], ...] = (),
+    ) -> dict[str, float]:
         """Read ``fields`` of one device handle, under the fault rules of :meth:`_try`."""
         nvml = self.nvml
         values: dict[str, float] = {}
         for name in list(fields.names):
-            v = self._try(dev, fields, name, partial(_FIELDS[name], nvml, handle))
+            v = self._try(dev, fields, name, partial(_FIELDS[name], nvml, handle), stale)
             if v is None:
                 continue
             if name == "utilization":
@@ -460,12 +718,30 @@ class NvidiaCollector(BaseCollector):
             elif name == "memory":
                 values["memoryAllocatedBytes"] = float(v.used)
                 values["memoryAllocated"] = v.used / v.total * 100.0 if v.total else 0.0
+            elif name == "energy":
+                if dev.energy_base is None or v < dev.energy_base:  # first, or driver reload
+                    dev.energy_base = v - dev.energy * 1000.0
+                dev.energy = values["energyJoules"] = (v - dev.energy_base) / 1000.0
+            elif name == "throttle":
+                for key, bits in _THROTTLE.items():
+                    values[f"throttle.{key}"] = 1.0 if int(v) & bits else 0.0
             else:
                 values[name] = float(v)
-        limit = values.pop("powerLimit", None)
+        limit = values.get("enforcedPowerLimitWatts")
         if limit and "powerWatts" in values:
             values["powerPercent"] = values["powerWatts"] / limit * 100.0
+        if fields is dev.fields and "energy" not in fields.names and "powerWatts" in values:
+            values["energyJoules"] = self._integrate(dev, values["powerWatts"])
         return values
+
+    def _integrate(self, dev: _Device, watts: float) -> float:
+        """J since the monitor started from power readings (trapezoids between samples)."""
+        now = self._clock()
+        if dev.power_at is not None:
+            then, before = dev.power_at
+            dev.energy += (before + watts) / 2.0 * max(now - then, 0.0)
+        dev.power_at = (now, watts)
+        return dev.energy
 
     def sample(self) -> dict[str, float]:
         """Every field of every watched GPU, and the same for the GPUs the tree uses."""
@@ -481,9 +757,7 @@ class NvidiaCollector(BaseCollector):
             dev.answered = dev.failed = 0
             try:
                 values = self._read(dev, dev.fields, dev.handle)
-                for j, (mig, fields) in enumerate(dev.mig):
-                    for k, v in self._read(dev, fields, mig).items():
-                        out[f"gpu.{dev.index}.mig.{j}.{k}"] = v
+                self._read_mig(dev, out)
                 procs = self._processes(dev)
             except nvml.NVMLError_GpuIsLost as exc:
                 dev.lost = True
@@ -501,9 +775,10 @@ class NvidiaCollector(BaseCollector):
             ours = {pid: held for pid, held in procs.items() if pid in tree}
             if ours:
                 self._process_keys(out, dev, values, ours)
-            elif any(not self._pid_exists(pid) for pid in procs):
+            elif not dev.mig_mode and any(not self._pid_exists(pid) for pid in procs):
                 # NVML lists PIDs of another namespace (a container): whose, the files tell.
                 # An empty list is an idle GPU, whatever device files the tree holds open.
+                # Not in MIG mode: every instance's process opens the parent's device file.
                 foreign.append((dev, values))
         if foreign:  # NVML reports host PIDs: look at the device files the tree holds open
             minors = self._open_device_minors(tree)
@@ -526,11 +801,23 @@ class NvidiaCollector(BaseCollector):
     def _processes(self, dev: _Device) -> dict[int, int | None]:
         """PID -> bytes held (None: not reported) of the compute, graphics and MPS lists.
 
-        A PID in several lists is counted once (each list reports its whole memory).
+        A PID in several lists is counted once (each list reports its whole memory). A GPU
+        in MIG mode whose own lists are refused (NO_PERMISSION without root, as NVML
+        documents) is read through its MIG devices' lists, which NVML gives any user.
         """
+        procs = self._lists(dev, dev.lists, dev.handle)
+        if dev.mig_mode and not dev.lists.names:
+            for mig in dev.mig.values():  # a process's memory on each instance adds up
+                for pid, held in self._lists(dev, mig.lists, mig.handle).items():
+                    before = procs.get(pid, 0)
+                    procs[pid] = None if held is None or before is None else before + held
+        return procs
+
+    def _lists(self, dev: _Device, lists: _Fields, handle: Any) -> dict[int, int | None]:
+        """PID -> bytes held (None: not reported) in the process lists of one handle."""
         procs: dict[int, int | None] = {}
-        for kind in list(dev.lists.names):
-            listed = self._try(dev, dev.lists, kind, partial(self._list, dev.handle, kind))
+        for kind in list(lists.names):
+            listed = self._try(dev, lists, kind, partial(self._list, handle, kind))
             for pid, held in listed or []:
                 before = procs.get(pid)
                 procs[pid] = held if before is None else max(before, held or 0)
