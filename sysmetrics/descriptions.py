@@ -80,6 +80,18 @@ _GPU = (
          "gpu_uncorrected_memory_errors_total", kind="counter"),
     _gpu("encoderUtilization", "%", "Video encoder utilization",
          "gpu_encoder_utilization_percent"),
+    _gpu("enforcedPowerLimitWatts", "W", "Power limit the driver enforces (NVIDIA)",
+         "gpu_enforced_power_limit_watts"),
+    _gpu("energyJoules", "J", "GPU energy used since the monitor started (NVIDIA: NVML's "
+         "counter, else power integrated between samples)", "gpu_energy_joules_total",
+         kind="counter"),
+    _gpu("fanSpeed", "%", "Fan speed, % of its maximum (NVIDIA)", "gpu_fan_speed_percent"),
+    _gpu("throttle.thermal", "0/1", "Clocks held down by a SW or HW thermal slowdown (NVIDIA)",
+         "gpu_throttle_thermal"),
+    _gpu("throttle.powerCap", "0/1", "Clocks held down by the SW power cap (NVIDIA)",
+         "gpu_throttle_power_cap"),
+    _gpu("throttle.hwSlowdown", "0/1", "Clocks held down by a HW slowdown or power brake (NVIDIA)",
+         "gpu_throttle_hw_slowdown"),
 )  # fmt: skip
 
 
@@ -148,6 +160,14 @@ DESCRIPTIONS: tuple[Description, ...] = (
     Description("gpu.{i}.mig.{j}.memoryAllocatedBytes", "bytes", "gauge",
                 "Memory of the MIG instance in use", "gpu_mig_memory_allocated_bytes",
                 prometheus_labels=("gpu", "mig")),
+    # PyTorch's caching allocator, in this process (gpu.{i} in CUDA's numbering; MPS as gpu.0).
+    Description("gpu.{i}.torch.allocatedBytes", "bytes", "gauge",
+                "GPU memory in PyTorch tensors of this process (torch.cuda.memory_allocated)",
+                "gpu_torch_allocated_bytes", prometheus_labels=("gpu",)),
+    Description("gpu.{i}.torch.reservedBytes", "bytes", "gauge",
+                "GPU memory PyTorch's caching allocator holds, in tensors or cached "
+                "(torch.cuda.memory_reserved)",
+                "gpu_torch_reserved_bytes", prometheus_labels=("gpu",)),
     # AWS Trainium / Inferentia (neuron-monitor).
     Description("trn.{core}.neuroncore_utilization", "%", "gauge", "NeuronCore utilization",
                 "neuroncore_utilization_percent", prometheus_labels=("core",)),

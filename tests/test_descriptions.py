@@ -12,6 +12,7 @@ import importlib.util
 import os
 import re
 import string
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from sysmetrics.collectors import (
 from sysmetrics.collectors.amd import parse_amd_smi, parse_amd_smi_limits, parse_rocm_smi
 from sysmetrics.collectors.apple import parse_ioreg, parse_macmon
 from sysmetrics.collectors.rapl import RaplCollector
+from sysmetrics.collectors.torch_memory import TorchMemoryCollector
 from sysmetrics.collectors.tpu import parse_tpu_info
 from sysmetrics.collectors.trainium import parse_neuron_monitor
 from sysmetrics.descriptions import DESCRIPTIONS, Description, describe, markdown_table
@@ -46,6 +48,7 @@ from sysmetrics.host import default_source
 from tests.nvml_standin import GPU
 from tests.test_ipu import device as ipu_device
 from tests.test_nvidia import collector as nvidia_collector
+from tests.test_torch_memory import StandInCuda, stand_in_torch
 from tests.test_trainium import report as neuron_report
 
 ROOT = Path(__file__).parents[1]
@@ -134,6 +137,12 @@ def samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Samples
     if importlib.util.find_spec("prometheus_client") is not None:
         om = OpenMetricsCollector({"dcgm": "http://127.0.0.1:1/metrics"})  # never fetches
         out["openmetrics"] = [(om, om._parse("dcgm", p.encode())) for p in _openmetrics_pages()]
+    cuda = StandInCuda(2)  # no CUDA here: the stand-in of torch's documented memory_stats
+    cuda.init()
+    with monkeypatch.context() as mp:
+        mp.setitem(sys.modules, "torch", stand_in_torch(cuda))
+        torch_memory = TorchMemoryCollector()
+        out["torch"] = [(torch_memory, torch_memory.sample())]
     yield out
     for c in (apple, tpu, trainium):
         c.close()

@@ -31,6 +31,7 @@ from sysmetrics.collectors.nvidia import GpuId, NvidiaCollector
 from sysmetrics.collectors.openmetrics import Filters, OpenMetricsCollector
 from sysmetrics.collectors.process import ProcessCollector
 from sysmetrics.collectors.rapl import RaplCollector
+from sysmetrics.collectors.torch_memory import TorchMemoryCollector
 from sysmetrics.collectors.tpu import TPUCollector
 from sysmetrics.collectors.trainium import TrainiumCollector
 from sysmetrics.host import HostSource, Job, default_source
@@ -225,6 +226,8 @@ DEFAULT_SET: tuple[Callable[[Context], Collector | None], ...] = (
     lambda c: TrainiumCollector.create(c.source, c.job, c.tree),
     lambda c: TPUCollector.create(),
     lambda c: IPUCollector.create(c.source, c.job, c.tree),
+    # This process's torch only: nothing to read when watching another process (pid=).
+    lambda c: TorchMemoryCollector.create() if c.pid == os.getpid() else None,
     lambda c: NvidiaCollector.create(c.source, c.job, c.options["gpu_ids"], c.tree),
 )
 
