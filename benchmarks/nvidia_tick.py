@@ -1,27 +1,46 @@
-"""Per-tick cost of the NVIDIA collector per GPU, and what it sees under a real CUDA load.
+"""Per-tick cost of the NVIDIA collector per GPU and per NVML call, and a real CUDA load.
 
-Run on a machine with an NVIDIA GPU: ``python benchmarks/nvidia_tick.py``. It
+``python benchmarks/nvidia_tick.py [--ticks N]`` (from the repository root) does:
 
-1. times ``NvidiaCollector.sample()`` (every field of every GPU, process attribution)
-   and prints µs per tick and per GPU;
-2. starts a child process that allocates 4 GiB with torch on GPU 0 and runs matmuls,
+1. with the fake NVML library of ``tests/fake_nvml.py`` under the real ``pynvml``
+   binding (8 GPUs, 2 processes on each; any machine): µs of ``NvidiaCollector.sample()``
+   per GPU per tick, NVML calls per GPU per tick, and µs per call, with the default
+   cadence (``NvidiaCollector.periods``: process lists and ECC every 5 s, the power limit
+   every 30 s) and in the old "everything every tick" mode (every period 0), and the
+   ratios of the two. The fake's calls are Python callbacks, so µs per call here is the
+   binding's and the collector's overhead, not a driver's;
+2. on a machine with an NVIDIA GPU, the same two modes over the real NVML (calls counted
+   through a counting wrapper of the binding's library, about 0.2 µs a call), then
+   starts a child process that allocates 4 GiB with torch on GPU 0 and runs matmuls,
    monitors it for a few seconds, and prints utilization, the change of allocated bytes
-   and the ``gpu.process.0.*`` keys seen for the process tree.
+   and the ``gpu.process.0.*`` keys seen for the process tree. Elsewhere it says there is
+   no GPU and stops after step 1.
 
-Elsewhere it says there is no GPU and exits 0.
+The ticks are timed back to back, each 1 s apart on the collector's own clock (the
+monitor's default interval), so the slow reads fall where they would in a run; N (600 by
+default, a multiple of 30 s) covers whole periods. Each figure is the median of 5 runs,
+the two modes alternating.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from sysmetrics import SystemMonitor
 from sysmetrics.collectors import NvidiaCollector
 from sysmetrics.host import default_source
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERVAL_S = 1.0  # simulated time between ticks
 
 LOAD = """
 import sys, time, torch
@@ -35,23 +54,127 @@ torch.cuda.synchronize()
 """
 
 
-def main() -> None:
-    c = NvidiaCollector.create(default_source(), os.getpid())
-    if c is None:
-        print("no NVIDIA GPU, driver or NVML here: nothing to measure")
-        return
+def measure(
+    c: NvidiaCollector, calls: Callable[[], int], ticks: int, every_tick: bool
+) -> tuple[float, float]:
+    """(µs per GPU per tick, NVML calls per GPU per tick) of one run of ``ticks``."""
+    saved = dict(c.periods)
+    if every_tick:
+        c.periods = dict.fromkeys(c.periods, 0.0)
+    now = [0.0]
+    c._clock = lambda: now[0]
+    for dev in c.devices:  # start the run as at the first sample
+        dev.lists_due = float("-inf")
+        dev.fields.held.clear()
     n = len(c.devices)
-    c.sample()
-    runs = []
-    for _ in range(7):
+    try:
+        before = calls()
         t = time.perf_counter()
-        for _ in range(200):
+        for _ in range(ticks):
             c.sample()
-        runs.append((time.perf_counter() - t) / 200 * 1e6)
-    tick = statistics.median(runs)
-    print(f"{n} GPU(s): {tick:.1f} µs per tick, {tick / n:.1f} µs per GPU")
+            now[0] += INTERVAL_S
+        elapsed = time.perf_counter() - t
+    finally:
+        c.periods = saved
+        c._clock = time.monotonic
+    return elapsed / ticks / n * 1e6, (calls() - before) / ticks / n
+
+
+MODES = {"everything every tick": True, "cadence (default)": False}
+
+
+def compare(label: str, c: NvidiaCollector, calls: Callable[[], int], ticks: int) -> None:
+    """Both modes side by side (5 runs each, alternating; medians), and their ratios."""
+    c.sample()  # process layout, function pointers
+    print(f"{label}: {len(c.devices)} GPU(s), {ticks} ticks {INTERVAL_S:g} s apart")
+    print(f"  {'mode':<22}{'µs/GPU/tick':>12}{'calls/GPU/tick':>16}{'µs/call':>10}")
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in MODES}
+    for _ in range(5):
+        for name, every in MODES.items():
+            runs[name].append(measure(c, calls, ticks, every))
+    rows = {}
+    for name in MODES:
+        us = statistics.median(r[0] for r in runs[name])
+        n = statistics.median(r[1] for r in runs[name])
+        rows[name] = (us, n)
+        print(f"  {name:<22}{us:>12.1f}{n:>16.2f}{us / n:>10.2f}")
+    (old_us, old_n), (new_us, new_n) = rows.values()
+    print(f"  old/new: {old_us / new_us:.2f}x the time, {old_n / new_n:.2f}x the NVML calls")
+
+
+def fake(ticks: int) -> None:
+    """Step 1: 8 fake GPUs with 2 processes each (one of this process's, one not)."""
+    sys.path.insert(0, str(ROOT))
+    from tests.fake_nvml import FakeGpu, FakeNvmlLib, binding
+
+    gpus = [
+        FakeGpu(f"GPU-{n}", minor=n, compute=[(os.getpid(), 1 << 30), (1, 2 << 30)])
+        for n in range(8)
+    ]
+    lib = FakeNvmlLib(gpus)
+    c = NvidiaCollector.create(default_source(), os.getpid(), nvml=binding(lib))
+    assert c is not None
+    compare("fake NVML", c, lambda: sum(lib.calls.values()), ticks)
     c.close()
 
+
+class _Counted:
+    """A C function of the library, counting its calls (attributes go to the function)."""
+
+    def __init__(self, fn: Any, name: str, calls: Counter[str]) -> None:
+        object.__setattr__(self, "_fn", fn)
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_calls", calls)
+
+    def __call__(self, *args: Any) -> Any:
+        self._calls[self._name] += 1
+        return self._fn(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fn, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._fn, name, value)  # restype, argtypes
+
+
+class _CountingLib:
+    """Stands for the binding's ``nvmlLib`` (a CDLL) and counts the calls of each function."""
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+        self.calls: Counter[str] = Counter()
+        self._fns: dict[str, _Counted] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._fns:
+            self._fns[name] = _Counted(getattr(self.lib, name), name, self.calls)
+        return self._fns[name]
+
+
+def real(ticks: int) -> bool:
+    """Step 2 on the real NVML; False where there is none."""
+    c = NvidiaCollector.create(default_source(), os.getpid())
+    if c is None:
+        print("real NVML: no NVIDIA GPU, driver or NVML here: nothing more to measure")
+        return False
+    nvml = c.nvml
+    counting = _CountingLib(nvml.nvmlLib)
+    cache = nvml._nvmlGetFunctionPointer_cache
+    saved = dict(cache)
+    nvml.nvmlLib = counting
+    cache.clear()  # the binding caches the functions it looked up
+    try:
+        compare("real NVML", c, lambda: sum(counting.calls.values()), ticks)
+    finally:
+        nvml.nvmlLib = counting.lib
+        cache.clear()
+        cache.update(saved)
+    c.close()
+    return True
+
+
+def load() -> None:
+    """A child process loading GPU 0, as the monitor sees it."""
     with SystemMonitor(interval=0.2) as m:
         before = m.snapshot()
         child = subprocess.Popen(
@@ -71,6 +194,15 @@ def main() -> None:
     print(
         "gpu.process.0 keys:", {k: v for k, v in during.items() if k.startswith("gpu.process.0.")}
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ticks", type=int, default=600, help="ticks a run (default 600)")
+    args = parser.parse_args()
+    fake(args.ticks)
+    if real(args.ticks):
+        load()
 
 
 if __name__ == "__main__":

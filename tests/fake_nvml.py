@@ -36,6 +36,10 @@ What it models, after the NVML API reference (https://docs.nvidia.com/deploy/nvm
   name ``nvmlDeviceGetCurrentClocksEventReasons`` and the older
   ``nvmlDeviceGetCurrentClocksThrottleReasons``; None in a field answers NOT_SUPPORTED.
 
+Every C function call is counted, per function name, in :attr:`FakeNvmlLib.calls`
+(failing calls included), so tests and ``benchmarks/nvidia_tick.py`` can tell how many
+NVML calls a tick makes.
+
 The binding under test is a private copy of ``pynvml`` (:func:`binding`), so no test
 changes the imported module.
 """

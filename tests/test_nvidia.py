@@ -606,3 +606,94 @@ def test_throttle_bits_are_nvmls() -> None:
     )
     ours = (nvidia._THERMAL, nvidia._POWER_CAP, nvidia._HW_SLOWDOWN)
     assert ours == (thermal, pynvml.nvmlClocksEventReasonSwPowerCap, hw)
+
+
+def _ticking(c: NvidiaCollector, gpus: list[GPU], ticks: int, step: float = 0.5) -> list[Any]:
+    """``ticks`` samples ``step`` s apart on the collector's own clock (no sleeping)."""
+    now = [1000.0]
+    c._clock = lambda: now[0]
+    snaps = []
+    for _ in range(ticks):
+        snaps.append(c.sample())
+        now[0] += step
+    return snaps
+
+
+def test_slow_fields_and_process_lists_are_read_at_their_periods() -> None:
+    """ECC and process lists every 5 s, the power limit every 30 s; the latest in between."""
+    gpus = [GPU(f"GPU-{n}", minor=n, compute=[(os.getpid(), 1 << 30), (1, 1 << 30)])
+            for n in range(2)]  # fmt: skip
+    c = collector(gpus)
+    static_fns = ("nvmlDeviceGetMinorNumber", "nvmlDeviceGetUUID", "nvmlDeviceGetMigMode",
+                  "nvmlDeviceIsMigDeviceHandle")  # fmt: skip
+    static = {f: calls(c)[f] for f in static_fns}
+    snaps = _ticking(c, gpus, 100)  # 50 s: reads at 0, 5, ... 45 s and at 0, 30 s
+    n = calls(c)
+    assert n["nvmlDeviceGetPowerUsage"] == n["nvmlDeviceGetTemperatureV"] == 2 * 100
+    assert n["nvmlDeviceGetTotalEccErrors"] == 2 * 2 * 10  # 2 GPUs, 2 counters, 10 reads
+    assert n["nvmlDeviceGetEnforcedPowerLimit"] == 2 * 2
+    # 10 reads of 3 lists a GPU: the compute list in two calls (count, then entries)
+    assert n["nvmlDeviceGetComputeRunningProcesses_v3"] == 2 * 10 * 2
+    assert n["nvmlDeviceGetGraphicsRunningProcesses_v3"] == 2 * 10
+    assert {f: n[f] for f in static} == static  # static: read once, when described
+    for s in snaps:  # every key in every sample, the slow ones as last read
+        assert s["gpu.1.correctedMemoryErrors"] == 3 and s["gpu.1.enforcedPowerLimitWatts"] == 300
+        assert s["gpu.1.powerPercent"] == 50.0
+        assert s["gpu.process.1.processMemoryAllocatedBytes"] == 1 << 30
+        assert s["gpu.process.1.gpu"] == s["gpu.1.gpu"]
+
+
+def test_slow_changes_show_at_the_next_read_and_fast_ones_at_once() -> None:
+    gpus = [GPU("GPU-a"), GPU("GPU-b", minor=1)]
+    c = collector(gpus)
+    now = [0.0]
+    c._clock = lambda: now[0]
+    first = c.sample()
+    assert not any(k.startswith("gpu.process.") for k in first)
+    gpus[1].compute = [(os.getpid(), 2 << 30)]
+    gpus[1].ecc, gpus[1].limit_mw, gpus[1].temp = (7, 1), 250_000, 70
+    now[0] = 4.9
+    s = c.sample()
+    assert s["gpu.1.temp"] == 70  # fast: this tick
+    assert s["gpu.1.correctedMemoryErrors"] == 3 and "gpu.process.1.gpu" not in s  # not yet
+    now[0] = 5.0
+    s = c.sample()
+    assert (s["gpu.1.correctedMemoryErrors"], s["gpu.1.uncorrectedMemoryErrors"]) == (7, 1)
+    assert s["gpu.process.1.processMemoryAllocatedBytes"] == 2 << 30
+    assert s["gpu.process.1.temp"] == 70 and "gpu.process.0.gpu" not in s
+    assert s["gpu.1.enforcedPowerLimitWatts"] == 300  # 30 s
+    gpus[1].power_mw = 125_000
+    now[0] = 30.0
+    s = c.sample()
+    assert s["gpu.1.enforcedPowerLimitWatts"] == 250 and s["gpu.1.powerPercent"] == 50.0
+    gpus[1].compute = []  # the process ended: the GPU is no longer the tree's at the next read
+    now[0] = 35.0
+    assert "gpu.process.1.gpu" not in c.sample()
+
+
+def test_periods_of_zero_read_everything_every_tick() -> None:
+    gpus = [GPU("GPU-a", compute=[(os.getpid(), 1 << 30)])]
+    c = collector(gpus)
+    c.periods = dict.fromkeys(c.periods, 0.0)
+    _ticking(c, gpus, 10)
+    assert calls(c)["nvmlDeviceGetTotalEccErrors"] == 2 * 10
+    assert calls(c)["nvmlDeviceGetEnforcedPowerLimit"] == 10
+    assert calls(c)["nvmlDeviceGetMPSComputeRunningProcesses_v3"] == 10
+
+
+def test_slow_field_failing_is_absent_not_stale() -> None:
+    """A transient error of a slow field drops its key until it is read again."""
+    gpu = GPU("GPU-a")
+    c = collector([gpu])
+    now = [0.0]
+    c._clock = lambda: now[0]
+    assert c.sample()["gpu.0.enforcedPowerLimitWatts"] == 300
+    gpu.errors["nvmlDeviceGetEnforcedPowerLimit"] = pynvml.NVML_ERROR_TIMEOUT
+    now[0] = 30.0
+    s = c.sample()
+    assert "gpu.0.enforcedPowerLimitWatts" not in s and "gpu.0.powerPercent" not in s
+    gpu.errors.clear()
+    now[0] = 30.5
+    assert "gpu.0.enforcedPowerLimitWatts" not in c.sample()  # backing off one tick
+    now[0] = 31.0
+    assert c.sample()["gpu.0.enforcedPowerLimitWatts"] == 300

@@ -118,6 +118,15 @@ _PERMANENT = ("NotSupported", "FunctionNotFound", "NoPermission")
 _BACKOFF_TICKS = 16
 _PROCESS_LISTS = ("Compute", "Graphics", "MPSCompute")
 
+# Seconds between two reads of what changes slowly (0: every tick); the latest reading is
+# reported in between. "processes": the process lists and the attribution they drive.
+PERIODS: dict[str, float] = {
+    "processes": 5.0,
+    "correctedMemoryErrors": 5.0,
+    "uncorrectedMemoryErrors": 5.0,
+    "enforcedPowerLimitWatts": 30.0,
+}
+
 
 @dataclass
 class _Fields:
@@ -125,7 +134,9 @@ class _Fields:
 
     names: list[str]
     fails: dict[str, int] = field(default_factory=dict)  # failures in a row, per field
-    skip: dict[str, int] = field(default_factory=dict)  # ticks left before the next try
+    skip: dict[str, int] = field(default_factory=dict)  # tries left out before the next
+    held: dict[str, Any] = field(default_factory=dict)  # latest reading of a slow field
+    due: dict[str, float] = field(default_factory=dict)  # when it is read again (s)
 
 
 @dataclass
@@ -153,6 +164,8 @@ class _Device:
     mig: dict[int, _Mig] = field(default_factory=dict)  # j -> MIG device, in MIG mode
     mig_fetched: float = float("-inf")  # when the MIG handles were last fetched (s)
     lists: _Fields = field(default_factory=lambda: _Fields(list(_PROCESS_LISTS)))
+    lists_due: float = float("-inf")  # when the process lists are read again (s)
+    ours: dict[int, int | None] | None = None  # the tree's PIDs -> bytes; None: not ours
     lost: bool = False
     energy_base: float | None = None  # mJ: NVML's first energy reading
     energy: float = 0.0  # J since the monitor started, as last reported
@@ -465,10 +478,27 @@ class NvidiaCollector(BaseCollector):
     no v2 (before R510) or rejects its struct version, it is v1's ``used``, which includes
     the reserved memory (one or the other for the whole run: it depends on the driver).
 
+    Cadence (:data:`PERIODS`, per device, on a monotonic clock): what changes slowly is
+    read less often than every tick, and its latest reading is reported at every tick in
+    between, so these keys stay present in every sample: the process lists, and the
+    attribution to the process tree they drive (``gpu.process.{i}.*`` present or not,
+    ``processMemoryAllocatedBytes``), every 5 s, and at the first sample; the volatile ECC
+    counts every 5 s; ``enforcedPowerLimitWatts`` every 30 s (``powerPercent`` is this
+    tick's power over the latest limit). A repeated reading is not a new measurement: a
+    change shows up to 5 s (30 s for the limit) late, and the ``gpu.process.{i}.*`` keys
+    of a process that started or ended follow within 5 s. The values of the
+    ``gpu.process.{i}.*`` keys are this tick's. What does not change while NVML runs is
+    read once, when the GPU is first described: its UUID, minor number and MIG mode (and
+    the MIG handles, fetched again as told below). ``periods`` (s, 0: every tick) changes
+    the cadence of one collector. The other fields are read at every tick. A GPU that
+    answers nothing in a tick reports none of its earlier readings.
+
     Faults: a field a device does not support, or may not be read (NOT_SUPPORTED,
     FUNCTION_NOT_FOUND, NO_PERMISSION), is dropped for that device (one debug line). Any
     other error (TIMEOUT, UNKNOWN, ...) skips the field for 1, 2, 4, ... ticks (at most
-    16) before it is tried again; a GPU that answers nothing at all gives one warning.
+    16) before it is tried again, its key absent meanwhile (a slow field too: it is tried
+    again at the ticks the backoff allows, not 5 or 30 s later; a process list's skips
+    count its reads, 5 s apart, not ticks); a GPU that answers nothing at all gives one warning.
     UNINITIALIZED (another library shut NVML down under us) initialises NVML again and
     retries. A GPU that is lost is dropped with one warning.
 
@@ -517,7 +547,9 @@ class NvidiaCollector(BaseCollector):
         self._minors: tuple[float, set[int]] | None = None
         self._layout: _Layout | None = None  # of the process lists, found at first use
         self._tick = 0
-        self._clock: Callable[[], float] = time.monotonic  # s, for energy and MIG re-fetch
+        # s: for energy, MIG re-fetch and the periods (a test may put its own clock here)
+        self._clock: Callable[[], float] = time.monotonic
+        self.periods = dict(PERIODS)  # s between reads of the slow fields; 0: every tick
         self._reinit_tick = -1
         self._permanent = _errors(nvml, *_PERMANENT)
         self.devices = [
@@ -708,11 +740,19 @@ class NvidiaCollector(BaseCollector):
     ) -> dict[str, float]:
         """Read ``fields`` of one device handle, under the fault rules of :meth:`_try`."""
         nvml = self.nvml
+        now = self._clock()
         values: dict[str, float] = {}
         for name in list(fields.names):
-            v = self._try(dev, fields, name, partial(_FIELDS[name], nvml, handle), stale)
-            if v is None:
-                continue
+            period = self.periods.get(name, 0.0)
+            if period > 0.0 and name in fields.held and now < fields.due[name]:
+                v = fields.held[name]  # read less often: the latest reading
+            else:
+                v = self._try(dev, fields, name, partial(_FIELDS[name], nvml, handle), stale)
+                if v is None:
+                    fields.held.pop(name, None)
+                    continue
+                if period > 0.0:
+                    fields.held[name], fields.due[name] = v, now + period
             if name == "utilization":
                 values["gpu"], values["memory"] = float(v.gpu), float(v.memory)
             elif name == "memory":
@@ -747,18 +787,21 @@ class NvidiaCollector(BaseCollector):
         """Every field of every watched GPU, and the same for the GPUs the tree uses."""
         nvml = self.nvml
         self._tick += 1
-        tree = {p for p, _ in process_tree(self.source, self.job.roots, self.track_process_tree)}
+        now = self._clock()
+        tree: set[int] | None = None  # the process tree, found where process lists are read
         out: dict[str, float] = {}
-        # Devices whose NVML PIDs are outside our PID namespace, with their values.
-        foreign: list[tuple[_Device, dict[str, float]]] = []
+        read: list[tuple[_Device, dict[str, float]]] = []
+        # Devices whose NVML PIDs are outside our PID namespace.
+        foreign: list[_Device] = []
         for dev in self.devices:
             if dev.lost:
                 continue
             dev.answered = dev.failed = 0
+            lists_due = now >= dev.lists_due
             try:
                 values = self._read(dev, dev.fields, dev.handle)
                 self._read_mig(dev, out)
-                procs = self._processes(dev)
+                procs = self._processes(dev) if lists_due else {}
             except nvml.NVMLError_GpuIsLost as exc:
                 dev.lost = True
                 warnings.warn(
@@ -768,28 +811,42 @@ class NvidiaCollector(BaseCollector):
                     stacklevel=2,
                 )
                 continue
-            self._check_answering(dev)
+            if self._check_answering(dev):  # nothing it read before is reported
+                for name in dev.fields.held:
+                    values.pop(name, None)
+                dev.fields.held.clear()
+                dev.ours, dev.lists_due, lists_due = None, float("-inf"), False
             prefix = f"gpu.{dev.index}."
             for k, v in values.items():
                 out[prefix + k] = v
+            read.append((dev, values))
+            if not lists_due:
+                continue  # dev.ours: as the last lists said
+            dev.lists_due = now + self.periods.get("processes", 0.0)
+            if tree is None:
+                tree = {p for p, _ in process_tree(self.source, self.job.roots,
+                                                   self.track_process_tree)}  # fmt: skip
             ours = {pid: held for pid, held in procs.items() if pid in tree}
-            if ours:
-                self._process_keys(out, dev, values, ours)
-            elif not dev.mig_mode and any(not self._pid_exists(pid) for pid in procs):
+            dev.ours = ours or None
+            if not ours and not dev.mig_mode and any(not self._pid_exists(p) for p in procs):
                 # NVML lists PIDs of another namespace (a container): whose, the files tell.
                 # An empty list is an idle GPU, whatever device files the tree holds open.
                 # Not in MIG mode: every instance's process opens the parent's device file.
-                foreign.append((dev, values))
-        if foreign:  # NVML reports host PIDs: look at the device files the tree holds open
+                foreign.append(dev)
+        if foreign and tree is not None:  # NVML reports host PIDs: the device files open
             minors = self._open_device_minors(tree)
-            for dev, values in foreign:
+            for dev in foreign:
                 if dev.minor in minors:
-                    self._process_keys(out, dev, values, {})
+                    dev.ours = {}
+        for dev, values in read:
+            if dev.ours is not None:
+                self._process_keys(out, dev, values, dev.ours)
         return out
 
-    def _check_answering(self, dev: _Device) -> None:
-        """Warn once when a GPU answered nothing this tick and some calls failed."""
-        if dev.answered == 0 and dev.failed > 0 and not dev.warned:
+    def _check_answering(self, dev: _Device) -> bool:
+        """Whether a GPU answered nothing this tick and some calls failed; warn once."""
+        stalled = dev.answered == 0 and dev.failed > 0
+        if stalled and not dev.warned:
             dev.warned = True
             warnings.warn(
                 f"sysmetrics: gpu.{dev.index} ({dev.uuid}) stopped answering NVML; its "
@@ -797,6 +854,7 @@ class NvidiaCollector(BaseCollector):
                 SystemMetricsWarning,
                 stacklevel=3,
             )
+        return stalled
 
     def _processes(self, dev: _Device) -> dict[int, int | None]:
         """PID -> bytes held (None: not reported) of the compute, graphics and MPS lists.
