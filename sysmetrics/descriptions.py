@@ -92,6 +92,22 @@ _GPU = (
          "gpu_throttle_power_cap"),
     _gpu("throttle.hwSlowdown", "0/1", "Clocks held down by a HW slowdown or power brake (NVIDIA)",
          "gpu_throttle_hw_slowdown"),
+    _gpu("smActive", "%", "% of SMs busy, between two samples (NVIDIA GPM, Hopper and newer)",
+         "gpu_sm_activity_percent"),
+    _gpu("smOccupancy", "%", "% of warps active vs the SMs' maximum (NVIDIA GPM, Hopper and "
+         "newer)", "gpu_sm_occupancy_percent"),
+    _gpu("pipeTensorActive", "%", "% of time the SMs ran any tensor op (NVIDIA GPM, Hopper and "
+         "newer)", "gpu_tensor_activity_percent"),
+    _gpu("dramActive", "%", "% of the DRAM bandwidth used (NVIDIA GPM, Hopper and newer)",
+         "gpu_dram_activity_percent"),
+    _gpu("pcieTxBytes", "bytes/s", "PCIe traffic from the GPU (NVIDIA GPM, Hopper and newer)",
+         "gpu_pcie_transmit_bytes_per_second"),
+    _gpu("pcieRxBytes", "bytes/s", "PCIe traffic to the GPU (NVIDIA GPM, Hopper and newer)",
+         "gpu_pcie_receive_bytes_per_second"),
+    _gpu("nvlinkTxBytes", "bytes/s", "NVLink traffic sent, all links (NVIDIA GPM, Hopper and "
+         "newer)", "gpu_nvlink_transmit_bytes_per_second"),
+    _gpu("nvlinkRxBytes", "bytes/s", "NVLink traffic received, all links (NVIDIA GPM, Hopper "
+         "and newer)", "gpu_nvlink_receive_bytes_per_second"),
 )  # fmt: skip
 
 

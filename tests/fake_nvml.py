@@ -34,7 +34,18 @@ What it models, after the NVML API reference (https://docs.nvidia.com/deploy/nvm
 * fan speed (%), total energy (``unsigned long long`` mJ since the driver loaded), current
   clocks event (throttle) reasons as an ``unsigned long long`` bit mask, under its R535
   name ``nvmlDeviceGetCurrentClocksEventReasons`` and the older
-  ``nvmlDeviceGetCurrentClocksThrottleReasons``; None in a field answers NOT_SUPPORTED.
+  ``nvmlDeviceGetCurrentClocksThrottleReasons``; None in a field answers NOT_SUPPORTED;
+* GPM (GPU Performance Monitoring, Hopper and newer; symbols from R525):
+  ``nvmlGpmQueryDeviceSupport`` fills ``nvmlGpmSupport_t`` (checks its ``version``) with
+  ``isSupportedDevice`` (:attr:`FakeGpu.gpm` not None); ``nvmlGpmSampleAlloc`` hands out
+  opaque sample handles (addresses of blocks the fake owns), ``nvmlGpmSampleFree`` takes
+  them back (INVALID_ARGUMENT for one it does not know; :attr:`FakeNvmlLib.samples` holds
+  those not freed), ``nvmlGpmSampleGet`` fills one for a GPU (NOT_SUPPORTED where the GPU
+  has no GPM); ``nvmlGpmMetricsGet`` checks the struct's ``version`` and that ``sample1``
+  and ``sample2`` are two samples of one GPU, the second taken later (INVALID_ARGUMENT
+  otherwise), and fills each asked ``metrics[k]``'s ``value`` from :attr:`FakeGpu.gpm`
+  (in NVML's units: %, MiB/s) and its ``nvmlReturn`` (:attr:`FakeGpu.gpm_errors`, and
+  NOT_SUPPORTED for a metric the GPU does not have), the call itself answering SUCCESS.
 
 Every C function call is counted, per function name, in :attr:`FakeNvmlLib.calls`
 (failing calls included), so tests and ``benchmarks/nvidia_tick.py`` can tell how many
@@ -132,19 +143,60 @@ class ProcessInfoR535(ctypes.Structure):
     _fields_ = [*ProcessInfoV2._fields_, ("usedGpuCcProtectedMemory", c_ulonglong)]
 
 
+class GpmSupport(ctypes.Structure):
+    """``nvmlGpmSupport_t``."""
+
+    _fields_ = [("version", c_uint), ("isSupportedDevice", c_uint)]
+
+
+GPM_SUPPORT_VERSION = 1  # NVML_GPM_SUPPORT_VERSION
+GPM_METRICS_GET_VERSION = 1  # NVML_GPM_METRICS_GET_VERSION
+
+
+class GpmMetricInfo(ctypes.Structure):
+    """The ``metricInfo`` of ``nvmlGpmMetric_t``."""
+
+    _fields_ = [("shortName", c_char_p), ("longName", c_char_p), ("unit", c_char_p)]
+
+
+class GpmMetric(ctypes.Structure):
+    """``nvmlGpmMetric_t``: the caller sets ``metricId``, NVML the rest."""
+
+    _fields_ = [
+        ("metricId", c_uint),
+        ("nvmlReturn", c_uint),  # nvmlReturn_t
+        ("value", ctypes.c_double),
+        ("metricInfo", GpmMetricInfo),
+    ]
+
+
+class GpmMetricsGet(ctypes.Structure):
+    """``nvmlGpmMetricsGet_t`` up to its first metric (``metrics[NVML_GPM_METRIC_MAX]``)."""
+
+    _fields_ = [
+        ("version", c_uint),
+        ("numMetrics", c_uint),
+        ("sample1", c_void_p),
+        ("sample2", c_void_p),
+        ("metrics", GpmMetric * 1),
+    ]
+
+
 _PROCESS_LISTS = ("Compute", "Graphics", "MPSCompute")
 _V3 = {f"nvmlDeviceGet{k}RunningProcesses_v3" for k in _PROCESS_LISTS}
 _V2 = {f"nvmlDeviceGet{k}RunningProcesses_v2" for k in _PROCESS_LISTS}
 _LATER = {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTemperatureV"}
 _CC = {"nvmlDeviceGetConfComputeMemSizeInfo", "nvmlDeviceGetRunningProcessDetailList"}
 _EVENTS = {"nvmlDeviceGetCurrentClocksEventReasons"}  # the R535 name of the throttle reasons
+_GPM = {"nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree",
+        "nvmlGpmSampleGet", "nvmlGpmMetricsGet"}  # fmt: skip
 
 # Driver generation -> symbols it does NOT export (of those the fake implements). The
 # releases are approximate (_v3 and nvmlMemory_v2 from R510, ConfCompute from R535,
 # RunningProcessDetailList from R545); what the tests rely on is which symbols go together.
 DRIVERS: dict[str, set[str]] = {
-    "r440": _V3 | _V2 | _LATER | _CC | _EVENTS,  # v1 process lists only
-    "r470": _V3 | _LATER | _CC | _EVENTS,  # before R510: no _v3, no v2 memory struct
+    "r440": _V3 | _V2 | _LATER | _CC | _EVENTS | _GPM,  # v1 process lists only
+    "r470": _V3 | _LATER | _CC | _EVENTS | _GPM,  # before R510: no _v3, no v2 memory struct
     "r535": {"nvmlDeviceGetTemperatureV", "nvmlDeviceGetRunningProcessDetailList"},
     "r550": {"nvmlDeviceGetTemperatureV"},
     "latest": set(),
@@ -180,12 +232,16 @@ class FakeGpu:
     denied: bool = False  # NO_PERMISSION for its handle
     mig: Sequence[FakeGpu | None] | None = None  # MIG slots when in MIG mode (None: empty)
     is_mig: bool = False
+    # GPM metric id -> value in NVML's unit (%, MiB/s); None: no GPM (before Hopper)
+    gpm: dict[int, float] | None = None
+    gpm_errors: dict[int, int] = field(default_factory=dict)  # metric id -> its nvmlReturn
 
 
 _P = c_void_p  # every pointer argument: the fake reads and writes memory, as C does
 # C functions whose first argument is not a device handle
 _NO_HANDLE = {"nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString", "nvmlDeviceGetCount_v2",
-              "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByUUID"}  # fmt: skip
+              "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByUUID",
+              "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmMetricsGet"}  # fmt: skip
 
 
 def _at(address: int, ctype: Any) -> Any:
@@ -220,6 +276,9 @@ class FakeNvmlLib:
         self.calls: Counter[str] = Counter()
         self.failures: list[BaseException] = []  # exceptions inside the fake: test bugs
         self._structs: dict[int, FakeGpu] = {}  # handle address -> GPU
+        # GPM sample handle -> (GPU, when taken) or None (not filled yet); freed ones go
+        self.samples: dict[int, tuple[FakeGpu, int] | None] = {}
+        self._taken = 0  # samples taken so far: their order
         self._keep: list[Any] = []  # objects C pointers point into
         for gpu in self.everything():
             self._new_handle(gpu)
@@ -534,6 +593,70 @@ class FakeNvmlLib:
 
     def _v3_entry(self) -> type[ctypes.Structure]:
         return ProcessInfoR535 if self.driver == "r535" else ProcessInfoV2
+
+    def _c_nvmlGpmQueryDeviceSupport(self) -> tuple[Any, ...]:
+        def f(gpu: FakeGpu, out: int) -> int:
+            support = _at(out, GpmSupport)
+            if support.version != GPM_SUPPORT_VERSION:
+                return NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            support.isSupportedDevice = int(gpu.gpm is not None)
+            return NVML_SUCCESS
+
+        return f, _P, _P
+
+    def _c_nvmlGpmSampleAlloc(self) -> tuple[Any, ...]:
+        def f(out: int) -> int:
+            block = ctypes.create_string_buffer(8)  # what an nvmlGpmSample_t points to
+            self._keep.append(block)
+            self.samples[ctypes.addressof(block)] = None
+            _at(out, c_void_p).value = ctypes.addressof(block)
+            return NVML_SUCCESS
+
+        return f, _P
+
+    def _c_nvmlGpmSampleFree(self) -> tuple[Any, ...]:
+        def f(sample: int | None) -> int:
+            if sample not in self.samples:
+                return NVML_ERROR_INVALID_ARGUMENT
+            del self.samples[sample]
+            return NVML_SUCCESS
+
+        return f, _P
+
+    def _c_nvmlGpmSampleGet(self) -> tuple[Any, ...]:
+        def f(gpu: FakeGpu, sample: int | None) -> int:
+            if sample not in self.samples:
+                return NVML_ERROR_INVALID_ARGUMENT
+            if gpu.gpm is None or gpu.is_mig:
+                return NVML_ERROR_NOT_SUPPORTED
+            self._taken += 1
+            self.samples[sample] = (gpu, self._taken)
+            return NVML_SUCCESS
+
+        return f, _P, _P
+
+    def _c_nvmlGpmMetricsGet(self) -> tuple[Any, ...]:
+        def f(out: int) -> int:
+            head = _at(out, GpmMetricsGet)
+            if head.version != GPM_METRICS_GET_VERSION:
+                return NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            first, second = self.samples.get(head.sample1), self.samples.get(head.sample2)
+            if first is None or second is None or first[0] is not second[0]:
+                return NVML_ERROR_INVALID_ARGUMENT
+            gpu = second[0]
+            if gpu.gpm is None or first[1] >= second[1]:
+                return NVML_ERROR_INVALID_ARGUMENT
+            if "nvmlGpmMetricsGet" in gpu.errors:
+                return gpu.errors["nvmlGpmMetricsGet"]
+            at = out + GpmMetricsGet.metrics.offset
+            for m in (GpmMetric * head.numMetrics).from_address(at):
+                m.nvmlReturn = gpu.gpm_errors.get(m.metricId, NVML_SUCCESS)
+                if m.nvmlReturn == NVML_SUCCESS and m.metricId not in gpu.gpm:
+                    m.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+                m.value = gpu.gpm.get(m.metricId, 0.0) if m.nvmlReturn == NVML_SUCCESS else 0.0
+            return NVML_SUCCESS
+
+        return f, _P
 
 
 def binding(lib: FakeNvmlLib) -> ModuleType:

@@ -47,6 +47,7 @@ from sysmetrics.descriptions import DESCRIPTIONS, Description, describe, markdow
 from sysmetrics.host import default_source
 from tests.nvml_standin import GPU
 from tests.test_ipu import device as ipu_device
+from tests.test_nvidia import HOPPER_GPM
 from tests.test_nvidia import collector as nvidia_collector
 from tests.test_torch_memory import StandInCuda, stand_in_torch
 from tests.test_trainium import report as neuron_report
@@ -107,9 +108,10 @@ def samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Samples
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     instances = [GPU("MIG-b0", used=1 << 30, total=10 << 30, is_mig=True),
                  GPU("MIG-b1", used=3 << 30, total=10 << 30, is_mig=True)]  # fmt: skip
-    gpus = [GPU("GPU-a", processes=[(pid, 1 << 30)]),
+    gpus = [GPU("GPU-a", processes=[(pid, 1 << 30)], gpm=dict(HOPPER_GPM)),
             GPU("GPU-b", processes=[(pid, 2 << 30)], minor=1, mig=instances)]  # fmt: skip
     nvidia = nvidia_collector(gpus)
+    nvidia.sample()  # GPM reports from the second sample on
     out["nvidia"] = [(nvidia, nvidia.sample())]
     nvidia.close()
 

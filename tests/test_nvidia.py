@@ -697,3 +697,102 @@ def test_slow_field_failing_is_absent_not_stale() -> None:
     assert "gpu.0.enforcedPowerLimitWatts" not in c.sample()  # backing off one tick
     now[0] = 31.0
     assert c.sample()["gpu.0.enforcedPowerLimitWatts"] == 300
+
+
+# GPM (Hopper and newer): values as NVML gives them, % and MiB/s.
+HOPPER_GPM = {
+    pynvml.NVML_GPM_METRIC_SM_UTIL: 61.5,
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 33.0,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 42.25,
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 17.0,
+    pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 100.0,
+    pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 250.5,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 4096.0,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 2048.0,
+}
+GPM_KEYS = {
+    "smActive": 61.5, "smOccupancy": 33.0, "pipeTensorActive": 42.25, "dramActive": 17.0,
+    "pcieTxBytes": 100.0 * 2**20, "pcieRxBytes": 250.5 * 2**20,
+    "nvlinkTxBytes": 4096.0 * 2**20, "nvlinkRxBytes": 2048.0 * 2**20,
+}  # fmt: skip
+GPM_FNS = ("nvmlGpmSampleAlloc", "nvmlGpmSampleGet", "nvmlGpmMetricsGet", "nvmlGpmSampleFree")
+
+
+def gpm_keys(snap: dict[str, float], i: int = 0) -> dict[str, float]:
+    return {k: snap[f"gpu.{i}.{k}"] for k in GPM_KEYS if f"gpu.{i}.{k}" in snap}
+
+
+def test_gpm_metrics_from_the_second_tick_in_the_keys_units() -> None:
+    gpus = [GPU("GPU-a", gpm=dict(HOPPER_GPM)), GPU("GPU-b", minor=1)]  # Hopper, and older
+    c = collector(gpus)
+    assert gpm_keys(c.sample()) == {}  # one sample: no interval yet
+    for _ in range(3):
+        snap = c.sample()
+        assert gpm_keys(snap) == pytest.approx(GPM_KEYS)
+        assert gpm_keys(snap, 1) == {}
+    gpus[0].gpm = {**HOPPER_GPM, pynvml.NVML_GPM_METRIC_SM_UTIL: 90.0}
+    assert c.sample()["gpu.0.smActive"] == 90.0
+    n = calls(c)
+    assert n["nvmlGpmSampleAlloc"] == 2 and n["nvmlGpmSampleGet"] == 5
+    assert n["nvmlGpmMetricsGet"] == 4
+    assert n["nvmlGpmQueryDeviceSupport"] == 2  # once a GPU
+    c.close()
+    assert calls(c)["nvmlGpmSampleFree"] == 2 and not c.nvml.nvmlLib.samples
+
+
+def test_gpu_without_gpm_is_asked_nothing_after_the_support_query() -> None:
+    c = collector([GPU("GPU-a")])  # before Hopper
+    snaps = [c.sample() for _ in range(3)]
+    assert not any(gpm_keys(s) for s in snaps)
+    assert calls(c)["nvmlGpmQueryDeviceSupport"] == 1
+    assert not any(calls(c)[f] for f in GPM_FNS)
+    c.close()
+    assert calls(c)["nvmlGpmSampleFree"] == 0
+
+
+@pytest.mark.parametrize("driver", ["r470", "r440"])
+def test_driver_without_gpm_functions_has_no_gpm_keys(driver: str) -> None:
+    c = collector([GPU("GPU-a", gpm=dict(HOPPER_GPM))], driver=driver)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        snaps = [c.sample() for _ in range(3)]
+    assert not any(gpm_keys(s) for s in snaps) and snaps[-1]["gpu.0.temp"] == 60
+    c.close()
+
+
+def test_gpm_metric_not_supported_in_the_struct_drops_that_key_only() -> None:
+    errors = {pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: pynvml.NVML_ERROR_NOT_SUPPORTED,
+              pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: pynvml.NVML_ERROR_UNKNOWN}  # fmt: skip
+    gpu = GPU("GPU-a", gpm=dict(HOPPER_GPM), gpm_errors=errors)
+    c = collector([gpu])
+    c.sample()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        snap = c.sample()
+    assert gpm_keys(snap) == pytest.approx(
+        {k: v for k, v in GPM_KEYS.items() if k not in ("nvlinkTxBytes", "dramActive")}
+    )
+    gpu.gpm_errors.clear()  # UNKNOWN is this read's; NOT_SUPPORTED is for good
+    assert set(GPM_KEYS) - set(gpm_keys(c.sample())) == {"nvlinkTxBytes"}
+    c.close()
+
+
+def test_gpm_sample_failing_follows_the_fault_rules() -> None:
+    gpu = GPU("GPU-a", gpm=dict(HOPPER_GPM), errors={"nvmlGpmSampleGet": pynvml.NVML_ERROR_TIMEOUT})
+    c = collector([gpu])
+    assert not any(gpm_keys(c.sample()) for _ in range(4))
+    gpu.errors.clear()
+    snaps = [c.sample() for _ in range(8)]
+    assert gpm_keys(snaps[-1]) == pytest.approx(GPM_KEYS)  # tried again after backing off
+    gpu.errors["nvmlGpmSampleGet"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    c.sample()
+    gpu.errors.clear()
+    assert not any(gpm_keys(c.sample()) for _ in range(4))  # dropped for good
+    c.close()
+    assert calls(c)["nvmlGpmSampleAlloc"] == calls(c)["nvmlGpmSampleFree"] == 2
+
+
+def test_mig_mode_gpu_has_no_gpm() -> None:
+    c = collector([GPU("GPU-a", gpm=dict(HOPPER_GPM), mig=[GPU("MIG-a0", is_mig=True)])])
+    assert not any(gpm_keys(c.sample()) for _ in range(3))
+    assert calls(c)["nvmlGpmQueryDeviceSupport"] == 0
