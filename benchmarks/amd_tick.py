@@ -10,9 +10,11 @@ temporary folder,
 - CLI: the tests' stand-in ``rocm-smi`` (a shell script that prints that captured
   ``rocm-smi -a --json`` output), so the real subprocess and JSON parsing run.
 
-and prints µs per ``sample()`` for each (median of 7 runs). The stand-in is a lower bound
-for the CLI: the real ``rocm-smi`` is a Python program that also loads ROCm's library and
-queries the driver (a second or more per run, up to 8.6 s reported for ``amd-smi``).
+and prints µs per ``sample()`` for each (median of 7 runs), and for the CLI also µs per run
+of the tool (``read()``, what the AMD collector's own thread does every 5 s; its ``sample()``
+only copies the latest values). The stand-in is a lower bound for the CLI: the real
+``rocm-smi`` is a Python program that also loads ROCm's library and queries the driver (a
+second or more per run, up to 8.6 s reported for ``amd-smi``).
 """
 
 from __future__ import annotations
@@ -103,15 +105,20 @@ def main() -> None:
         captured = AMDSysfsCollector.create(captured_tree(many))
         rocm = AMDCollector.create(standin(cli))
         assert sysfs is not None and captured is not None and rocm is not None
-        same = sysfs.sample() == rocm.sample()
+        same = sysfs.sample() == rocm.read()
+        deadline = time.monotonic() + 10
+        while not rocm.sample() and time.monotonic() < deadline:  # its thread's first run
+            time.sleep(0.01)
         rows = [
-            ("sysfs, RX 6700 XT readings, 1 card, 7 files read", sysfs.sample, 2000),
-            ("sysfs, captured tree, 3 cards, 3 files read", captured.sample, 2000),
-            ("rocm-smi stand-in (sh + cat), same RX 6700 XT", rocm.sample, 100),
+            ("sysfs, RX 6700 XT readings, 1 card, 7 files read", sysfs.sample, 2000, "tick"),
+            ("sysfs, captured tree, 3 cards, 3 files read", captured.sample, 2000, "tick"),
+            ("rocm-smi stand-in (sh + cat), same RX 6700 XT", rocm.read, 100, "run"),
+            ("rocm-smi collector sample(): latest values", rocm.sample, 2000, "tick"),
         ]
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
-        for label, sample, n in rows:
-            print(f"{label:48s} {per_tick_us(sample, n):10.1f} µs per tick")
+        for label, sample, n, per in rows:
+            print(f"{label:48s} {per_tick_us(sample, n):10.1f} µs per {per}")
+        rocm.close()
         print(f"sysfs and rocm-smi give the same values for the RX 6700 XT: {same}")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from sysmetrics import SystemMetricsWarning, SystemMonitor
 from sysmetrics.collectors import AMDCollector
 from sysmetrics.collectors.amd import parse_amd_smi, parse_amd_smi_limits, parse_rocm_smi
+from tests.polling import wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "amd"
 AMD_SMI = Path(__file__).parent / "fixtures" / "amd-smi"
@@ -30,10 +32,13 @@ def standin(tmp_path: Path, output: str, noise: str = "", rc: int = 0) -> Path:
     """A ``rocm-smi`` executable in ``tmp_path/bin`` that prints ``output``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (tmp_path / "out.json").write_text(noise + output)
+    # Replaced, not rewritten in place: the collector's thread may be running it.
+    (tmp_path / "out.tmp").write_text(noise + output)
+    os.replace(tmp_path / "out.tmp", tmp_path / "out.json")
     exe = bin_dir / "rocm-smi"
-    exe.write_text(f"#!/bin/sh\ncat '{tmp_path / 'out.json'}'\nexit {rc}\n")
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    (bin_dir / "exe.tmp").write_text(f"#!/bin/sh\ncat '{tmp_path / 'out.json'}'\nexit {rc}\n")
+    (bin_dir / "exe.tmp").chmod(0o755)
+    os.replace(bin_dir / "exe.tmp", exe)
     return exe
 
 
@@ -48,6 +53,7 @@ def test_rx6700xt_rocm430_found_on_path(on_path: Path) -> None:
     c = AMDCollector.create()
     assert c is not None
     snap = c.sample()
+    c.close()
     assert snap == pytest.approx({
         "gpu.0.gpu": 0.0, "gpu.0.memory": 0.0, "gpu.0.temp": 45.0,
         "gpu.0.memoryAllocatedBytes": 1622728704.0,
@@ -62,6 +68,7 @@ def test_mi100_six_cards_with_noise_before_the_json(on_path: Path) -> None:
     c = AMDCollector.create()
     assert c is not None
     snap = c.sample()
+    c.close()
     assert {k.split(".")[1] for k in snap} == {"0", "1", "2", "3", "4", "5"}
     assert snap["gpu.5.temp"] == 33.0 and snap["gpu.5.powerWatts"] == 40.0
     assert snap["gpu.0.memoryAllocatedBytes"] == 6782976.0
@@ -119,15 +126,115 @@ def test_absent_or_empty_rocm_smi_is_quietly_unavailable(
     assert AMDCollector.create() is None
 
 
-def test_failing_rocm_smi_disables_the_collector_with_one_warning(tmp_path: Path) -> None:
+def test_failing_rocm_smi_warns_once_drops_its_values_and_keeps_trying(tmp_path: Path) -> None:
     exe = standin(tmp_path, (FIXTURES / "rx6700xt_rocm430.json").read_text())
     c = AMDCollector.create(str(exe))
     assert c is not None
-    with pytest.warns(SystemMetricsWarning, match="'amd' failed .* exited with 2"):  # noqa: SIM117
-        with SystemMonitor(interval=3600, collectors=[c]) as m:
-            assert m.snapshot()["gpu.0.temp"] == 45.0
-            standin(tmp_path, "", rc=2)
-    assert m.collectors == []  # stop()'s last sample failed and disabled it
+    c.poll_interval = 0.02
+    with (
+        pytest.warns(SystemMetricsWarning, match="failed, retrying .* exited with 2") as record,
+        SystemMonitor(interval=3600, collectors=[c]) as m,
+    ):
+        assert wait_for(lambda: c.sample().get("gpu.0.temp")) == 45.0
+        standin(tmp_path, "", rc=2)
+        wait_for(lambda: not c.sample())  # the failed run's values: none
+        wait_for(lambda: any(w.category is SystemMetricsWarning for w in record))
+        standin(tmp_path, "not json at all")  # another failure: no second warning
+        for _ in range(2):  # so that one whole run follows the change
+            published = c._published
+            wait_for(lambda: c._published > published)  # noqa: B023
+        standin(tmp_path, (FIXTURES / "rx6700xt_rocm430.json").read_text())
+        assert wait_for(lambda: c.sample().get("gpu.0.temp")) == 45.0
+    assert m.collectors == [c]  # never disabled
+    assert len([w for w in record if w.category is SystemMetricsWarning]) == 1
+
+
+def test_create_runs_the_tool_once_and_the_thread_waits_out_the_interval(
+    on_path: Path,
+) -> None:
+    """The values found at construction are the first sample's; no second run at once."""
+    exe = standin(on_path, (FIXTURES / "rx6700xt_rocm430.json").read_text())
+    runs = on_path / "runs"
+    exe.write_text(f"#!/bin/sh\necho run >> '{runs}'\ncat '{on_path / 'out.json'}'\n")
+    c = AMDCollector.create()
+    assert c is not None and c.poll_interval == 5.0
+    try:
+        assert c.sample()["gpu.0.temp"] == 45.0
+        assert runs.read_text().count("run") == 1
+    finally:
+        c.close()
+
+
+def sleeper(tmp_path: Path, first: str | None = None) -> tuple[Path, Path]:
+    """A ``rocm-smi`` that prints ``first`` on its first run (if given) and otherwise starts
+    a ``sleep 30`` in the background (its pid in the returned file) and waits for it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    pid, done = tmp_path / "sleep.pid", tmp_path / "printed"
+    (tmp_path / "first.json").write_text(first or "")
+    exe = bin_dir / "rocm-smi"
+    printed = f"[ -e '{done}' ] || {{ touch '{done}'; cat '{tmp_path / 'first.json'}'; exit 0; }}\n"
+    exe.write_text(
+        "#!/bin/sh\n"
+        + (printed if first is not None else "")
+        + f"sleep 30 &\necho $! > '{pid}.tmp'\nmv '{pid}.tmp' '{pid}'\nwait\n"
+    )
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe, pid
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its new parent to reap it does not)."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat_line.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_sample_never_runs_the_tool(tmp_path: Path) -> None:
+    """While a run is in progress (a tool that hangs), sample() returns at once."""
+    exe, pid_file = sleeper(tmp_path)
+    c = AMDCollector(str(exe))
+    try:
+        started = time.monotonic()
+        assert c.sample() == {}  # starts the thread, which starts the tool
+        wait_for(pid_file.exists)
+        for _ in range(20):
+            assert c.sample() == {}
+        assert time.monotonic() - started < 5.0  # not the 10 s timeout, nor the 30 s sleep
+        assert c._proc is not None and c._proc.poll() is None  # the run is still going
+    finally:
+        c.close()
+
+
+def test_values_go_stale_and_are_dropped(tmp_path: Path) -> None:
+    """A reading is presented until ``stale_after``; then, with the next run hanging, none."""
+    exe, pid_file = sleeper(tmp_path, first=(FIXTURES / "rx6700xt_rocm430.json").read_text())
+    c = AMDCollector(str(exe), poll_interval=0.01)
+    assert c.stale_after == pytest.approx(0.01 + 10.0 + 5.0)
+    c.stale_after = 0.3
+    try:
+        assert wait_for(lambda: c.sample().get("gpu.0.temp")) == 45.0
+        wait_for(pid_file.exists)  # the second run hangs
+        wait_for(lambda: not c.sample())
+        assert c._proc is not None and c._proc.poll() is None
+    finally:
+        c.close()
+
+
+def test_close_kills_the_running_tool_and_its_process_group(tmp_path: Path) -> None:
+    exe, pid_file = sleeper(tmp_path)
+    c = AMDCollector(str(exe))
+    c.sample()
+    sleep_pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip()))
+    proc = c._proc
+    assert proc is not None and alive(sleep_pid)
+    started = time.monotonic()
+    c.close()
+    assert proc.wait(5) != 0 and time.monotonic() - started < 2
+    wait_for(lambda: not alive(sleep_pid))  # the tool's own child too
+    assert c._thread is not None and not c._thread.is_alive()
 
 
 def test_bad_path_is_a_clear_error_at_construction(tmp_path: Path) -> None:
@@ -176,7 +283,9 @@ def test_amd_smi_used_where_rocm_smi_is_absent(amd_smi_only: Path) -> None:
     )
     c = AMDCollector.create()
     assert c is not None and c.tool == "amd-smi"
-    assert c.sample() == pytest.approx({
+    snap = c.sample()
+    c.close()
+    assert snap == pytest.approx({
         "gpu.0.gpu": 1.0, "gpu.0.memory": 0.0, "gpu.0.temp": 36.0,
         "gpu.0.memoryAllocatedBytes": 202 * MIB, "gpu.0.memoryAllocated": 202 / 8176 * 100,
         "gpu.0.powerWatts": 6.0, "gpu.0.powerPercent": 6.0,
@@ -209,6 +318,7 @@ def test_rocm_smi_is_preferred_when_both_are_installed(amd_smi_only: Path) -> No
     c = AMDCollector.create()
     assert c is not None and c.tool == "rocm-smi"
     assert c.sample()["gpu.0.temp"] == 45.0
+    c.close()
 
 
 def test_amd_smi_versions_and_missing_fields() -> None:

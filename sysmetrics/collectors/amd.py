@@ -7,17 +7,21 @@ import logging
 import os
 import re
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from sysmetrics.collectors._values import WATTS, checked, field, gpu_values, number
-from sysmetrics.collectors.base import BaseCollector, find_tool
+from sysmetrics.collectors.base import BackgroundCollector, find_tool, quote
+from sysmetrics.collectors.tpu import _kill_group
 
 log = logging.getLogger("sysmetrics")
 
 ROCM_LOCATIONS = ("/opt/rocm/bin/rocm-smi", "/opt/rocm-*/bin/rocm-smi")
 AMD_SMI_LOCATIONS = ("/opt/rocm/bin/amd-smi", "/opt/rocm-*/bin/amd-smi")
 TIMEOUT_S = 10.0
+POLL_S = 5.0
+"""Seconds between runs: each run of the CLI takes a second or more."""
 # amd-smi prints memory in "MB" that are MiB (its CLI divides bytes by 1024**2).
 _UNIT_BYTES = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
 
@@ -205,42 +209,57 @@ def parse_amd_smi(text: str, limits: Mapping[int, float] | None = None) -> dict[
     return out
 
 
-class AMDCollector(BaseCollector):
+class AMDCollector(BackgroundCollector):
     """AMD GPU metrics from ``rocm-smi -a --json`` or ``amd-smi metric --json``.
 
     Keys: see :func:`parse_rocm_smi` and :func:`parse_amd_smi` (the same catalogue keys).
-    Each sample runs the tool once (a child process, at most 10 s). A run that fails or
-    prints no JSON raises, and the monitor disables the collector with one warning.
+    The tool runs every ``poll_interval`` seconds on the collector's own thread, never on
+    the monitor's: each run starts a Python program that queries every field (a second or
+    more; ``amd-smi`` has been reported to take 8.6 s), too heavy for every tick.
+    ``sample()`` returns the latest run's values without I/O; values older than
+    ``stale_after`` (the next run is overdue) are dropped, never presented as current.
+
+    A run that fails (cannot start, times out after 10 s, exits non-zero without JSON,
+    prints no readable JSON) costs one warning and no values; the collector keeps trying.
+    ``close()`` kills a run in progress (its whole process group).
 
     Args:
         path: the ``rocm-smi`` or ``amd-smi`` executable.
         tool: which of the two ``path`` is.
         limits: for ``amd-smi``, each GPU's power cap in W (for ``powerPercent``).
+        poll_interval: seconds between the end of a run and the start of the next.
 
     """
 
     name = "amd"
     peak_keys = frozenset({"memoryAllocatedBytes"})
+    thread_name = "sysmetrics-amd"
 
     def __init__(
         self,
         path: str,
         tool: Literal["rocm-smi", "amd-smi"] = "rocm-smi",
         limits: Mapping[int, float] | None = None,
+        poll_interval: float = POLL_S,
     ) -> None:
+        super().__init__()
         self.tool = tool
         args = ("-a", "--json") if tool == "rocm-smi" else ("metric", "--json")
         self.command = [path, *args]
         self.limits = dict(limits or {})
+        self.poll_interval = poll_interval
+        # A reading is current until the next run is overdue (a run takes up to TIMEOUT_S).
+        self.stale_after = poll_interval + TIMEOUT_S + 5.0
+        self._proc: subprocess.Popen[str] | None = None
 
     @classmethod
     def create(cls, path: str | None = None) -> AMDCollector | None:
         """The collector where ``rocm-smi`` (else ``amd-smi``) is found and reports a GPU.
 
-        ``path`` names the ``rocm-smi`` to use. Without it, ``rocm-smi`` is looked for on
-        PATH and in ROCm's install locations, then ``amd-smi`` likewise; one that is absent,
-        fails, prints output that does not parse or reports no GPU gives None (one debug
-        line).
+        ``path`` names the ``rocm-smi`` to use (not run here). Without it, ``rocm-smi`` is
+        looked for on PATH and in ROCm's install locations, then ``amd-smi`` likewise, and
+        run once here (its values are the first sample's); one that is absent, fails,
+        prints output that does not parse or reports no GPU gives None (one debug line).
 
         Raises:
             ValueError: ``path`` is not an executable file.
@@ -260,9 +279,13 @@ class AMDCollector(BaseCollector):
                 return None
             collector = cls(found, "amd-smi")
         try:
-            if collector.sample():
-                if collector.tool == "amd-smi":  # the caps only where there is a GPU
-                    collector.limits = _power_caps(found)
+            text = collector._output()
+            values = collector._parse(text)
+            if values and collector.tool == "amd-smi":  # the caps only where there is a GPU
+                collector.limits = _power_caps(found)
+                values = collector._parse(text)
+            if values:
+                collector._set_latest(values)
                 return collector
             reason = f"{found} reports no GPU"
         except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
@@ -270,30 +293,93 @@ class AMDCollector(BaseCollector):
         log.debug("sysmetrics: AMD collector unavailable: %s", reason)
         return None
 
-    def sample(self) -> dict[str, float]:
-        """Run the tool and parse its JSON."""
-        text = _run(self.command)
+    def read(self) -> dict[str, float]:
+        """Run the tool once (in its own process group) and parse its JSON.
+
+        Raises:
+            OSError: the tool cannot be started.
+            subprocess.TimeoutExpired: it ran past 10 s (its process group is killed).
+            RuntimeError: it exited non-zero without printing JSON.
+            ValueError: its output holds no readable JSON.
+
+        """
+        return self._parse(self._output())
+
+    def _output(self) -> str:
+        """The tool's standard output (one run); raises as :meth:`read`, bar ValueError."""
+        with subprocess.Popen(
+            self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            errors="replace", start_new_session=True,  # killed whole on close or timeout
+        ) as proc:  # fmt: skip
+            self._proc = proc
+            try:
+                if self._closed.is_set():  # close() ran before it could see this child
+                    _kill_group(proc)
+                stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise
+            finally:
+                self._proc = None
+        _check_exit(self.command, proc.returncode, stdout, stderr)
+        return stdout
+
+    def _parse(self, text: str) -> dict[str, float]:
         if self.tool == "rocm-smi":
             return parse_rocm_smi(text)
         return parse_amd_smi(text, self.limits)
 
+    def close(self) -> None:
+        """Stop polling; a run still in progress is killed (its whole process group)."""
+        self._closed.set()
+        proc = self._proc
+        if proc is not None:
+            _kill_group(proc)
+        super().close()
 
-def _run(command: Sequence[str]) -> str:
+    def _run(self) -> None:
+        # Values published by create() are fresh: the first run waits out the interval.
+        with self._lock:
+            published = self._published
+        if published:
+            self._closed.wait(max(0.0, published + self.poll_interval - time.monotonic()))
+        while not self._closed.is_set():
+            try:
+                values = self.read()
+            except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
+                if self._closed.is_set():
+                    return
+                self._warn_once(
+                    "run",
+                    f"sysmetrics: {' '.join(self.command)} failed, retrying every "
+                    f"{self.poll_interval:g} s: {quote(str(exc))}",
+                )
+                values = {}
+            if self._closed.is_set():
+                return
+            self._set_latest(values)
+            self._closed.wait(self.poll_interval)
+
+
+def _check_exit(command: Sequence[str], returncode: int, stdout: str, stderr: str) -> None:
+    """Raise RuntimeError for a run that exited non-zero without printing JSON."""
+    if returncode != 0 and not re.search(r"[\[{]", stdout):
+        raise RuntimeError(f"{' '.join(command)} exited with {returncode}: {stderr[-300:]}")
+
+
+def _run_tool(command: Sequence[str]) -> str:
     """The tool's standard output; a failure without JSON raises RuntimeError."""
     proc = subprocess.run(
         command, capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S, check=False
     )
-    if proc.returncode != 0 and not re.search(r"[\[{]", proc.stdout):
-        raise RuntimeError(
-            f"{' '.join(command)} exited with {proc.returncode}: {proc.stderr[-300:]}"
-        )
+    _check_exit(command, proc.returncode, proc.stdout, proc.stderr)
     return proc.stdout
 
 
 def _power_caps(amd_smi: str) -> dict[int, float]:
     """Each GPU's power cap from ``amd-smi static --limit --json``; {} when that fails."""
     try:
-        return parse_amd_smi_limits(_run([amd_smi, "static", "--limit", "--json"]))
+        return parse_amd_smi_limits(_run_tool([amd_smi, "static", "--limit", "--json"]))
     except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
         log.debug("sysmetrics: no AMD power caps (no powerPercent): %s", exc)
         return {}
