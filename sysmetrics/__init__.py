@@ -13,6 +13,7 @@ from sysmetrics.collectors.base import (
     SystemMetricsWarning,
 )
 from sysmetrics.monitor import SystemMonitor
+from sysmetrics.steps import step
 
 __version__ = "0.1.0"
 
@@ -23,4 +24,5 @@ __all__ = [
     "SystemMetricsWarning",
     "SystemMonitor",
     "__version__",
+    "step",
 ]

@@ -1,0 +1,233 @@
+"""The command line: ``sysmetrics record [options] -- COMMAND ...``.
+
+``record`` runs COMMAND, watches its process tree with a :class:`SystemMonitor` and writes
+the samples to a run file (:class:`~sysmetrics.sinks.jsonl.JsonlSink`), stamped with the
+step the command marks with :func:`sysmetrics.step`. It forwards SIGINT and SIGTERM to the
+command and exits with the command's exit status (128+N when it died of signal N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+from sysmetrics.monitor import SystemMonitor
+from sysmetrics.sinks.jsonl import JsonlSink
+from sysmetrics.steps import ENV, WIDTH
+
+PROG = "sysmetrics"
+FORWARDED = (signal.SIGINT, signal.SIGTERM)
+STEP_POLL = 0.1  # longest seconds between two reads of the step file
+
+
+def _number(text: str) -> float:
+    """An int where the text is one (so messages show the value as given), else a float."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def _gpu_ids(text: str) -> list[int | str]:
+    """``0,1`` or UUIDs, comma-separated: indices as ints, the rest as given."""
+    return [int(i) if i.strip().isdigit() else i.strip() for i in text.split(",") if i.strip()]
+
+
+def _endpoint(text: str) -> tuple[str, str]:
+    name, sep, url = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: use name=url")
+    return name, url
+
+
+def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    parser = argparse.ArgumentParser(prog=PROG, description="System metrics of a command.")
+    subs = parser.add_subparsers(dest="subcommand", required=True)
+    rec = subs.add_parser(
+        "record",
+        help="run a command and record its metrics",
+        description="Run COMMAND and write its metrics to a run file, one JSON line per "
+        "sample. Exits with COMMAND's exit status (128+N when it died of signal N).",
+    )
+    rec.add_argument("--output", default="sysmetrics-run.jsonl", help="the run file (appended)")
+    rec.add_argument("--interval", type=_number, default=1.0, help="seconds between samples")
+    rec.add_argument(
+        "--disk-path",
+        action="append",
+        dest="disk_paths",
+        help="a path whose filesystem to report (repeatable; / by default)",
+    )
+    rec.add_argument("--gpu-ids", type=_gpu_ids, help="NVIDIA GPUs to watch: indices or UUIDs")
+    rec.add_argument(
+        "--open-metrics",
+        type=_endpoint,
+        action="append",
+        metavar="NAME=URL",
+        help="an OpenMetrics endpoint to scrape (repeatable)",
+    )
+    rec.add_argument("--prometheus-port", type=int, help="serve /metrics on 127.0.0.1 at this port")
+    rec.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
+    return parser, rec
+
+
+class _Proxy:
+    """``latest()`` of the monitor once there is one: the exporter is made before it."""
+
+    monitor: SystemMonitor | None = None
+
+    def latest(self) -> dict[str, float]:
+        return self.monitor.latest() if self.monitor is not None else {}
+
+
+class _StepReader(threading.Thread):
+    """Sets ``monitor.step`` from the step file every ``STEP_POLL`` s (or interval)."""
+
+    def __init__(self, monitor: SystemMonitor, path: str) -> None:
+        super().__init__(name="sysmetrics-steps", daemon=True)
+        self.monitor = monitor
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self.done = threading.Event()
+
+    def read(self) -> None:
+        """Take the step in the file; what is not an integer is ignored.
+
+        Read twice: a read that raced a write (two reads that differ) is skipped.
+        """
+        with contextlib.suppress(ValueError, OSError):
+            text = os.pread(self.fd, 64, 0)
+            if text == os.pread(self.fd, 64, 0):
+                self.monitor.step = int(text.decode())
+
+    def run(self) -> None:
+        wait = min(self.monitor.interval, STEP_POLL)
+        while not self.done.wait(wait):
+            self.read()
+
+    def close(self) -> None:
+        """Stop, read the file a last time and close it."""
+        self.done.set()
+        if self.ident is not None:  # started
+            self.join()
+        self.read()
+        os.close(self.fd)
+
+
+def _status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run ``args.command`` under a monitor; return its exit status (see the module)."""
+    command: list[str] = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the command to run, after --")
+    options: dict[str, Any] = {}
+    if args.disk_paths is not None:
+        options["disk_paths"] = args.disk_paths
+    if args.gpu_ids is not None:
+        options["gpu_ids"] = args.gpu_ids
+    if args.open_metrics is not None:
+        options["open_metrics"] = dict(args.open_metrics)
+    proxy = _Proxy()
+    exporter = None
+    try:  # every option is checked before the command starts, with the monitor's messages
+        SystemMonitor(args.interval, **options).stop()
+        os.close(os.open(args.output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        if args.prometheus_port is not None:
+            from sysmetrics.sinks.prometheus import PrometheusExporter
+
+            exporter = PrometheusExporter(proxy, args.prometheus_port, "127.0.0.1")
+            if args.prometheus_port == 0:  # a free port was picked: say which
+                url = f"http://127.0.0.1:{exporter.port}/metrics"
+                print(f"{parser.prog}: serving {url}", file=sys.stderr)
+    except (TypeError, ValueError, ImportError, OSError) as exc:
+        parser.error(str(exc))
+    tmp = tempfile.mkdtemp(prefix="sysmetrics-")
+    children: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        # os.kill, not send_signal: that reaps an exited child, which _wait_exited leaves
+        # unreaped (a zombie keeps its pid, so the signal cannot reach another process).
+        for child in children:
+            if child.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signum)
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    try:
+        step_file = os.path.join(tmp, "step")
+        with open(step_file, "wb") as f:
+            f.write(b" " * WIDTH)
+        try:
+            children.append(subprocess.Popen(command, env={**os.environ, ENV: step_file}))
+        except FileNotFoundError:
+            print(f"{parser.prog}: {command[0]}: command not found", file=sys.stderr)
+            return 127
+        except PermissionError:
+            print(f"{parser.prog}: {command[0]}: Permission denied", file=sys.stderr)
+            return 126
+        child = children[0]
+        try:
+            _watch(child, args, options, step_file, proxy)
+        finally:
+            if child.poll() is None:  # the recorder failed: never leave the command behind
+                child.kill()
+            child.wait()
+        return _status(child.returncode)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if exporter is not None:
+            exporter.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _watch(
+    child: subprocess.Popen[bytes],
+    args: argparse.Namespace,
+    options: dict[str, Any],
+    step_file: str,
+    proxy: _Proxy,
+) -> None:
+    """Record ``child``'s tree into the run file until it exits."""
+    with contextlib.ExitStack() as stack:
+        monitor = SystemMonitor(args.interval, pid=child.pid, **options)
+        stack.callback(monitor.stop)  # where the sink cannot be made
+        sink = JsonlSink(monitor, args.output)
+        stack.callback(sink.close)
+        stack.callback(monitor.stop)  # the last sample, with the last step, then the sink
+        steps = _StepReader(monitor, step_file)
+        stack.callback(steps.close)
+        monitor.start()
+        proxy.monitor = monitor
+        steps.start()
+        _wait_exited(child)
+
+
+def _wait_exited(child: subprocess.Popen[bytes]) -> None:
+    """Wait for ``child`` to exit, leaving it unreaped where the platform can.
+
+    Its process stays readable (a zombie) for the monitor's last sample; the caller reaps it.
+    """
+    if hasattr(os, "waitid"):
+        with contextlib.suppress(ChildProcessError):  # reaped already
+            os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    else:
+        child.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (``sys.argv[1:]`` by default); return the status."""
+    parser, rec = _parser()
+    args = parser.parse_args(argv)
+    return record(args, rec)

@@ -1,0 +1,162 @@
+"""``sysmetrics record -- COMMAND`` and ``sysmetrics.step``, with real child processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sysmetrics
+from sysmetrics import steps
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+
+WORKLOAD = """
+import os, sys, time, sysmetrics
+t, i = time.monotonic(), 0
+while time.monotonic() - t < 1.0:  # one busy CPU for ~1 s, marking steps
+    i += 1
+    sysmetrics.step(i)
+block = bytearray(300 * 2**20)
+block[::4096] = b"1" * len(block[::4096])  # touch every page: ~300 MiB resident
+with open(sys.argv[1], "wb") as f:  # 50 MiB written and synced
+    for _ in range(50):
+        f.write(os.urandom(2**20))
+    f.flush()
+    os.fsync(f.fileno())
+sysmetrics.step(i + 1)
+time.sleep(0.6)
+"""
+
+SLEEPER = """
+import os, sys, time
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(60)
+"""
+
+
+def record(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    """The recorder, as ``python -m sysmetrics record ARGS``."""
+    cmd = [sys.executable, "-m", "sysmetrics", "record", *args]
+    return subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_records_the_commands_load_memory_and_steps(tmp_path: Path) -> None:
+    run = tmp_path / "run.jsonl"
+    out = tmp_path / "data.bin"
+    proc = record(
+        "--output", str(run), "--interval", "0.2", "--", sys.executable, "-c", WORKLOAD, str(out)
+    )
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    samples = lines(run)
+    assert len(samples) >= 5
+    assert max(s["metrics"].get("cpu", 0.0) for s in samples) > 30
+    assert max(s["metrics"].get("proc.memory.rssMB", 0.0) for s in samples) >= 280
+    marked = [s["step"] for s in samples if s["step"] is not None]
+    assert len(set(marked)) >= 2
+    assert marked == sorted(marked)
+    assert all(s["step"] is None for s in samples[: len(samples) - len(marked)])
+    assert out.stat().st_size == 50 * 2**20
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_the_exit_code_passes_through(tmp_path: Path, code: int) -> None:
+    proc = record(
+        "--output", str(tmp_path / "r.jsonl"), "--", sys.executable, "-c", f"exit({code})"
+    )
+    proc.communicate(timeout=30)
+    assert proc.returncode == code
+
+
+def wait_for_pid(path: Path) -> int:
+    deadline = time.monotonic() + 20
+    while not path.exists():
+        assert time.monotonic() < deadline, "the child did not start"
+        time.sleep(0.02)
+    return int(path.read_text())
+
+
+@pytest.mark.parametrize(
+    ("signum", "status"), [(signal.SIGTERM, 128 + 15), (signal.SIGINT, 128 + 2)]
+)
+def test_signals_are_forwarded_and_nothing_is_left(
+    tmp_path: Path, signum: signal.Signals, status: int
+) -> None:
+    pidfile = tmp_path / "pid"
+    proc = record(
+        "--output",
+        str(tmp_path / "r.jsonl"),
+        "--interval",
+        "0.1",
+        "--",
+        sys.executable,
+        "-c",
+        SLEEPER,
+        str(pidfile),
+    )
+    try:
+        child = wait_for_pid(pidfile)
+        proc.send_signal(signum)
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == status  # Python re-raises an unhandled SIGINT on exit
+    assert not Path(f"/proc/{child}").exists()
+
+
+def test_a_missing_command_exits_127(tmp_path: Path) -> None:
+    proc = record("--output", str(tmp_path / "r.jsonl"), "--", "no-such-command-sysmetrics")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 127
+    assert "sysmetrics record: no-such-command-sysmetrics: command not found" in err
+
+
+def test_a_bad_option_exits_2_before_the_command(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    proc = record(
+        "--output",
+        str(tmp_path / "r.jsonl"),
+        "--interval",
+        "0",
+        "--",
+        sys.executable,
+        "-c",
+        f"open({str(marker)!r}, 'w')",
+    )
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "sysmetrics record: error: interval=0 is invalid: it must be a number of seconds" in err
+    assert not marker.exists()
+
+
+def test_step_without_the_recorder_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(steps.ENV, raising=False)
+    monkeypatch.setattr(steps, "_map", None)
+    monkeypatch.setattr(steps, "_tried", False)
+    sysmetrics.step(5)
+    assert steps._tried and steps._map is None
+
+
+def test_step_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "step"
+    path.write_bytes(b" " * steps.WIDTH)
+    monkeypatch.setenv(steps.ENV, str(path))
+    monkeypatch.setattr(steps, "_map", None)
+    monkeypatch.setattr(steps, "_tried", False)
+    sysmetrics.step(123456)
+    sysmetrics.step(7)
+    assert path.read_bytes() == b"7".ljust(steps.WIDTH)
+    assert steps._map is not None
+    steps._map.close()
