@@ -41,10 +41,15 @@ def step(n: int) -> None:
     The first call maps the file named by ``SYSMETRICS_STEP_FILE`` into memory; each call
     then writes ``n`` into the mapping, with no system call (a few hundred ns, mostly
     formatting ``n``). Without the variable, or where the file cannot be opened, every call
-    returns at once. ``n`` must fit in 20 characters; the recorder ignores what does not
-    read as an integer.
+    returns at once. A step longer than 20 characters is skipped (never an error in the
+    loop); the recorder ignores what does not read as an integer.
     """
     m = _map
     if m is None and (_tried or (m := _open()) is None):
         return
-    m[:20] = f"{n:<20}".encode()  # WIDTH bytes: nothing of a longer step is left behind
+    try:
+        data = f"{n:<20}".encode()  # WIDTH bytes: nothing of a longer step is left behind
+    except (TypeError, ValueError):  # not formattable (a tensor of several elements, ...)
+        return
+    if len(data) == WIDTH:
+        m[:WIDTH] = data

@@ -158,5 +158,10 @@ def test_step_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     sysmetrics.step(123456)
     sysmetrics.step(7)
     assert path.read_bytes() == b"7".ljust(steps.WIDTH)
+    # A step too long for the file is skipped, never an error in the training loop.
+    sysmetrics.step(10**30)
+    sysmetrics.step("é" * 15)  # type: ignore[arg-type]
+    sysmetrics.step(object())  # type: ignore[arg-type]
+    assert path.read_bytes() == b"7".ljust(steps.WIDTH)
     assert steps._map is not None
     steps._map.close()
