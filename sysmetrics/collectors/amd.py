@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from sysmetrics.collectors._values import WATTS, checked, field, gpu_values, number
-from sysmetrics.collectors.base import BackgroundCollector, find_tool, quote
-from sysmetrics.collectors.tpu import _kill_group
+from sysmetrics.collectors.base import BackgroundCollector, find_tool, kill_group, quote
 
 log = logging.getLogger("sysmetrics")
 
@@ -314,10 +313,10 @@ class AMDCollector(BackgroundCollector):
             self._proc = proc
             try:
                 if self._closed.is_set():  # close() ran before it could see this child
-                    _kill_group(proc)
+                    kill_group(proc)
                 stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                kill_group(proc)
                 raise
             finally:
                 self._proc = None
@@ -334,7 +333,7 @@ class AMDCollector(BackgroundCollector):
         self._closed.set()
         proc = self._proc
         if proc is not None:
-            _kill_group(proc)
+            kill_group(proc)
         super().close()
 
     def _run(self) -> None:

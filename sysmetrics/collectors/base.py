@@ -5,9 +5,11 @@ Also the helpers of collectors that run vendor tools: finding them, stopping the
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -186,6 +188,17 @@ class BackgroundCollector(BaseCollector):
         self._closed.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.join_timeout)
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the process group of ``proc`` (started with ``start_new_session=True``).
+
+    Nothing happens once ``proc`` has been reaped: its pid may already be someone else's.
+    """
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def stop_child(proc: subprocess.Popen[str] | None, timeout: float = 2.0) -> None:

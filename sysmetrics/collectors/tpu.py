@@ -8,11 +8,10 @@ import logging
 import os
 import re
 import shutil
-import signal
 import subprocess
 
 from sysmetrics.collectors._values import BYTES, PERCENT, checked, kept
-from sysmetrics.collectors.base import BackgroundCollector
+from sysmetrics.collectors.base import BackgroundCollector, kill_group
 
 log = logging.getLogger("sysmetrics")
 
@@ -73,13 +72,6 @@ def parse_tpu_info(text: str) -> dict[str, float]:
                 values["dutyCycle"] = float(duty[:-1])
         out.update(kept(prefix, values, _RANGES))
     return out
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    if proc.returncode is not None:  # reaped: its pid may already be someone else's
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def has_tpu(pci_root: str = PCI_ROOT) -> bool:
@@ -149,7 +141,7 @@ class TPUCollector(BackgroundCollector):
             try:
                 stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                kill_group(proc)
                 raise
             finally:
                 self._proc = None
@@ -162,7 +154,7 @@ class TPUCollector(BackgroundCollector):
         self._closed.set()
         proc = self._proc
         if proc is not None:
-            _kill_group(proc)
+            kill_group(proc)
         super().close()
 
     def _run(self) -> None:
