@@ -1,8 +1,9 @@
 """Findings: what a run file says about the run, in plain language.
 
 :func:`read_run` reads a run file (JSON lines written by :class:`sysmetrics.sinks.jsonl.JsonlSink`)
-into :class:`Record` objects; :func:`findings` applies the rules below and returns one
-:class:`Finding` per thing worth saying. A rule says nothing when its evidence is not in the
+into a :class:`Run`, one column per key (a day at 1 s with 70 keys is about 50 MB);
+:func:`findings` applies the rules below and returns one :class:`Finding` per thing worth
+saying. A rule says nothing when its evidence is not in the
 run (its keys are missing, or there are too few samples).
 
 Rules and thresholds (each a module-level constant):
@@ -36,8 +37,9 @@ Rules and thresholds (each a module-level constant):
 
 Rules based on means or shares (``input-bound``, ``gpu-throttling``, ``disk-bound``,
 ``straggler-node``) need at least ``MIN_SAMPLES`` (5) samples (intervals for
-``disk-bound``). :func:`read_run` reads at most ``MAX_LINES`` (1,000,000) lines and skips
-any line over ``MAX_LINE_BYTES`` (1 MiB) or that is not a run-file record.
+``disk-bound``). :func:`read_run` reads at most ``MAX_LINES`` (1,000,000) lines, skips
+any line over ``MAX_LINE_BYTES`` (1 MiB) or that is not a run-file record, and keeps at
+most ``MAX_KEYS`` (10,000) distinct keys.
 """
 
 from __future__ import annotations
@@ -47,14 +49,17 @@ import math
 import os
 import re
 import statistics
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Optional, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 MAX_LINES = 1_000_000  # lines read from a run file at most (junk lines count)
 MAX_LINE_BYTES = 1 << 20  # bytes; a longer line is skipped
+MAX_KEYS = 10_000  # distinct metric keys kept at most; later new keys are dropped
 
 MIN_SAMPLES = 5  # samples (or intervals) a mean- or share-based rule needs
 
@@ -85,20 +90,126 @@ SWAP_RISE_POINTS = 5.0  # percentage points from the first value to the peak
 _GPU_KEY = re.compile(r"gpu\.(\d+)\.")
 _GPU_PROCESS_KEY = re.compile(r"gpu\.process\.(\d+)\.")
 _NODE_KEY = re.compile(r"node(\d+)/(cpu|gpu\.\d+\.gpu)")
+_NAN = math.nan
 
 
-@dataclass(frozen=True)
-class Record:
-    """One sample of a run file: only its finite numeric metrics are kept.
+def _number(value: Any) -> Optional[float]:
+    """``value`` as a finite float, or ``None`` for anything else (bools included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
-    ``time`` is s since the epoch, ``monotonic`` s on the sampler's monotonic clock, ``step``
-    the training step (``None`` where unknown).
+
+class Run:
+    """A run file as columns: entry ``j`` of each list or column is sample ``j``.
+
+    ``time`` is s since the epoch, ``monotonic`` s on the sampler's monotonic clock,
+    ``step`` the training step (``None`` where unknown). ``columns`` maps each metric key to
+    an ``array('d')`` of its values, NaN where a sample lacks the key (only finite numbers
+    are kept). Columns, not a dict per sample: a day at 1 s is 86,400 samples.
     """
 
-    time: Optional[float]
-    monotonic: Optional[float]
-    step: Optional[int]
-    metrics: dict[str, float]
+    def __init__(self) -> None:
+        self.time: list[Optional[float]] = []
+        self.monotonic: list[Optional[float]] = []
+        self.step: list[Optional[int]] = []
+        self.columns: dict[str, array[float]] = {}
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def add(
+        self,
+        metrics: Mapping[str, Any],
+        time: Any = None,
+        monotonic: Any = None,
+        step: Any = None,
+    ) -> None:
+        """Append one sample; values that are not finite numbers are dropped."""
+        n = len(self.step)
+        columns = self.columns
+        for key, value in metrics.items():
+            kind = type(value)
+            if kind is int:
+                try:
+                    value = float(value)
+                except OverflowError:
+                    continue
+            elif kind is not float or value - value != 0:  # not a float, or inf or NaN
+                continue
+            column = columns.get(key)
+            if column is None:
+                if len(columns) >= MAX_KEYS:
+                    continue
+                column = columns[key] = array("d", [_NAN]) * n
+            elif len(column) < n:
+                column.extend(array("d", [_NAN]) * (n - len(column)))
+            column.append(value)
+        self.time.append(_number(time))
+        self.monotonic.append(_number(monotonic))
+        self.step.append(step if type(step) is int else None)
+
+    def pad(self) -> None:
+        """Fill every column with NaN up to the last sample (after the last :meth:`add`)."""
+        n = len(self.step)
+        for column in self.columns.values():
+            if len(column) < n:
+                column.extend(array("d", [_NAN]) * (n - len(column)))
+
+    def metrics(self, j: int) -> dict[str, float]:
+        """Sample ``j``'s metrics, as a dict (the keys it has)."""
+        return {k: c[j] for k, c in self.columns.items() if c[j] == c[j]}
+
+    def present(self, key: str) -> list[int]:
+        """The samples that have ``key``."""
+        column = self.columns.get(key)
+        return [] if column is None else [j for j, v in enumerate(column) if v == v]
+
+    @cached_property
+    def used_gpus(self) -> dict[str, list[bool]]:
+        """For each GPU index the job uses at some point: whether it does in each sample.
+
+        The job uses GPU ``i`` in a sample that has a ``gpu.process.{i}.*`` key.
+        """
+        used: dict[str, list[bool]] = {}
+        for key, column in self.columns.items():
+            m = _GPU_PROCESS_KEY.match(key)
+            if m:
+                flags = used.setdefault(m.group(1), [False] * len(self))
+                for j, v in enumerate(column):
+                    if v == v:
+                        flags[j] = True
+        return used
+
+    @cached_property
+    def job_gpu_percent(self) -> list[Optional[float]]:
+        """Per sample, the mean ``gpu.{i}.gpu`` (%) over the GPUs the job uses in it."""
+        out: list[Optional[float]] = [None] * len(self)
+        counts = [0] * len(self)
+        for i, flags in self.used_gpus.items():
+            column = self.columns.get(f"gpu.{i}.gpu")
+            if column is None:
+                continue
+            for j, v in enumerate(column):
+                if flags[j] and v == v:
+                    total = out[j]
+                    out[j] = v if total is None else total + v
+                    counts[j] += 1
+        return [None if t is None else t / c for t, c in zip(out, counts)]
+
+    def span(self, samples: Sequence[int]) -> Optional[Span]:
+        """The first and last step of ``samples``, or their first and last time."""
+        steps = [s for j in samples if (s := self.step[j]) is not None]
+        if samples and len(steps) == len(samples):
+            return Span("step", min(steps), max(steps))
+        times = [t for j in samples if (t := self.time[j]) is not None]
+        if samples and len(times) == len(samples):
+            return Span("time", min(times), max(times))
+        return None
 
 
 @dataclass(frozen=True)
@@ -120,47 +231,24 @@ class Finding:
     span: Optional[Span] = None
 
 
-def _number(value: Any) -> Optional[float]:
-    """``value`` as a finite float, or ``None`` for anything else (bools included)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _record(raw: bytes) -> Optional[Record]:
-    """One line as a :class:`Record`, or ``None`` where it is not a run-file record."""
+def _add_line(run: Run, raw: bytes) -> None:
+    """Add one line to ``run`` where it is a run-file record; skip it otherwise."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
-        return None
-    step = data.get("step")
-    metrics = {}
-    for key, value in data["metrics"].items():
-        number = _number(value)
-        if number is not None:
-            metrics[key] = number
-    return Record(
-        time=_number(data.get("time")),
-        monotonic=_number(data.get("monotonic")),
-        step=step if isinstance(step, int) and not isinstance(step, bool) else None,
-        metrics=metrics,
-    )
+        return
+    if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
+        run.add(data["metrics"], data.get("time"), data.get("monotonic"), data.get("step"))
 
 
-def read_run(path: PathLike, max_lines: int = MAX_LINES) -> list[Record]:
-    """The records of the run file at ``path``, in file order.
+def read_run(path: PathLike, max_lines: int = MAX_LINES) -> Run:
+    """The run file at ``path`` as a :class:`Run`, samples in file order.
 
     Reads at most ``max_lines`` lines; a line over ``MAX_LINE_BYTES`` bytes, or one that is
     not a JSON object with a ``metrics`` object, is skipped. Junk never raises; a file that
     cannot be opened does (``OSError``).
     """
-    records: list[Record] = []
+    run = Run()
     with open(path, "rb") as file:
         for _ in range(max_lines):
             raw = file.readline(MAX_LINE_BYTES + 1)
@@ -170,46 +258,25 @@ def read_run(path: PathLike, max_lines: int = MAX_LINES) -> list[Record]:
                 while raw and not raw.endswith(b"\n"):
                     raw = file.readline(MAX_LINE_BYTES)
                 continue
-            record = _record(raw)
-            if record is not None:
-                records.append(record)
-    return records
+            _add_line(run, raw)
+    run.pad()
+    return run
 
 
-def _span(records: Sequence[Record]) -> Optional[Span]:
-    """The first and last step of ``records``, or their first and last time."""
-    steps = [r.step for r in records if r.step is not None]
-    if records and len(steps) == len(records):
-        return Span("step", min(steps), max(steps))
-    times = [r.time for r in records if r.time is not None]
-    if records and len(times) == len(records):
-        return Span("time", min(times), max(times))
-    return None
-
-
-def _used_gpus(record: Record) -> set[str]:
-    """The GPU indices the job uses in this sample (those with ``gpu.process.{i}.*``)."""
-    return {m.group(1) for key in record.metrics if (m := _GPU_PROCESS_KEY.match(key))}
-
-
-def _job_gpu_percent(record: Record) -> Optional[float]:
-    """The mean ``gpu.{i}.gpu`` (%) over the GPUs the job uses in this sample."""
-    values = [record.metrics.get(f"gpu.{i}.gpu") for i in _used_gpus(record)]
-    known = [v for v in values if v is not None]
-    return statistics.fmean(known) if known else None
-
-
-def input_bound(records: Sequence[Record]) -> list[Finding]:
+def input_bound(run: Run) -> list[Finding]:
     """``input-bound``: the job's GPUs mostly idle while its CPU is saturated."""
+    cpu = run.columns.get("cpu")
+    if cpu is None:
+        return []
     pairs = [
-        (r, gpu, r.metrics["cpu"])
-        for r in records
-        if (gpu := _job_gpu_percent(r)) is not None and "cpu" in r.metrics
+        (j, gpu, cpu[j])
+        for j, gpu in enumerate(run.job_gpu_percent)
+        if gpu is not None and cpu[j] == cpu[j]
     ]
     if len(pairs) < MIN_SAMPLES:
         return []
     gpu_mean = statistics.fmean(gpu for _, gpu, _ in pairs)
-    busy = [r for r, _, cpu in pairs if cpu > INPUT_CPU_PERCENT]
+    busy = [j for j, _, c in pairs if c > INPUT_CPU_PERCENT]
     share = len(busy) / len(pairs)
     if gpu_mean >= INPUT_GPU_PERCENT or share < INPUT_SHARE:
         return []
@@ -225,97 +292,96 @@ def input_bound(records: Sequence[Record]) -> list[Finding]:
                 "cpu_saturated_share": share,
                 "samples": float(len(pairs)),
             },
-            _span(busy),
+            run.span(busy),
         )
     ]
 
 
-def _peak(records: Sequence[Record], key: str) -> Optional[tuple[float, Record]]:
-    """The highest value of ``key`` and the record that holds it."""
-    held = [(r.metrics[key], r) for r in records if key in r.metrics]
-    return max(held, key=lambda pair: pair[0]) if held else None
+def _over(run: Run, key: str, limit: float) -> tuple[float, list[int]]:
+    """The peak of ``key`` (NaN where absent) and the samples above ``limit``."""
+    column = run.columns.get(key)
+    if column is None:
+        return _NAN, []
+    held = [v for v in column if v == v]
+    return (max(held) if held else _NAN), [j for j, v in enumerate(column) if v > limit]
 
 
-def _gpu_indices(records: Iterable[Record]) -> list[str]:
-    """Every GPU index with a ``gpu.{i}.*`` key in the run, in numeric order."""
-    found = {m.group(1) for r in records for key in r.metrics if (m := _GPU_KEY.match(key))}
-    return sorted(found, key=int)
+def _gpu_indices(keys: Iterable[str]) -> list[str]:
+    """Every GPU index with a ``gpu.{i}.*`` key among ``keys``, in numeric order."""
+    return sorted({m.group(1) for key in keys if (m := _GPU_KEY.match(key))}, key=int)
 
 
-def memory_limit(records: Sequence[Record]) -> list[Finding]:
+def memory_limit(run: Run) -> list[Finding]:
     """``memory-limit`` and ``gpu-memory-limit``: memory peaks near its limit."""
     out = []
-    peak = _peak(records, "proc.memory.percent")
-    if peak is not None and peak[0] > MEMORY_PERCENT:
-        over = [r for r in records if r.metrics.get("proc.memory.percent", 0) > MEMORY_PERCENT]
+    peak, over = _over(run, "proc.memory.percent", MEMORY_PERCENT)
+    if over:
         out.append(
             Finding(
                 "memory-limit",
-                f"The job's memory peaked at {peak[0]:.0f} % of the memory available to it "
+                f"The job's memory peaked at {peak:.0f} % of the memory available to it "
                 "(RAM or its cgroup limit): it is close to being killed for lack of memory.",
-                {"peak_percent": peak[0]},
-                _span(over),
+                {"peak_percent": peak},
+                run.span(over),
             )
         )
-    for i in _gpu_indices(records):
-        key = f"gpu.{i}.memoryAllocated"
-        peak = _peak(records, key)
-        if peak is not None and peak[0] > GPU_MEMORY_PERCENT:
-            over = [r for r in records if r.metrics.get(key, 0) > GPU_MEMORY_PERCENT]
+    for i in _gpu_indices(run.columns):
+        peak, over = _over(run, f"gpu.{i}.memoryAllocated", GPU_MEMORY_PERCENT)
+        if over:
             out.append(
                 Finding(
                     "gpu-memory-limit",
-                    f"GPU {i}'s memory peaked at {peak[0]:.0f} % in use: close to running "
+                    f"GPU {i}'s memory peaked at {peak:.0f} % in use: close to running "
                     "out of GPU memory.",
-                    {"gpu": float(i), "peak_percent": peak[0]},
-                    _span(over),
+                    {"gpu": float(i), "peak_percent": peak},
+                    run.span(over),
                 )
             )
     return out
 
 
-def gpu_throttling(records: Sequence[Record]) -> list[Finding]:
+def gpu_throttling(run: Run) -> list[Finding]:
     """``gpu-throttling``: a GPU's clocks held down in more than ``THROTTLE_SHARE`` of samples."""
     out = []
-    for i in _gpu_indices(records):
+    for i in _gpu_indices(run.columns):
         for reason, words in THROTTLE_REASONS.items():
-            key = f"gpu.{i}.throttle.{reason}"
-            held = [r for r in records if key in r.metrics]
+            column = run.columns.get(f"gpu.{i}.throttle.{reason}")
+            held = [v for v in column if v == v] if column is not None else []
             if len(held) < MIN_SAMPLES:
                 continue
-            share = statistics.fmean(r.metrics[key] for r in held)
+            share = statistics.fmean(held)
             if share > THROTTLE_SHARE:
                 out.append(
                     Finding(
                         "gpu-throttling",
                         f"GPU {i} was slowed down by {words} in {share:.0%} of the samples.",
                         {"gpu": float(i), "share": share, "samples": float(len(held))},
-                        _span([r for r in held if r.metrics[key] > 0]),
+                        run.span([j for j, v in enumerate(column or ()) if v > 0]),
                     )
                 )
     return out
 
 
-def _clock(record: Record) -> Optional[float]:
-    return record.monotonic if record.monotonic is not None else record.time
-
-
-def disk_bound(records: Sequence[Record]) -> list[Finding]:
+def disk_bound(run: Run) -> list[Finding]:
     """``disk-bound``: reading from disk fast while the job's GPUs are idle."""
-    intervals = []  # (later record, MiB/s, job GPU %)
-    for before, after in zip(records, records[1:]):
-        t0, t1 = _clock(before), _clock(after)
-        read0, read1 = before.metrics.get("disk.in"), after.metrics.get("disk.in")
-        gpu = _job_gpu_percent(after)
-        if t0 is None or t1 is None or read0 is None or read1 is None or gpu is None:
+    read = run.columns.get("disk.in")
+    if read is None:
+        return []
+    clock = [m if m is not None else t for m, t in zip(run.monotonic, run.time)]
+    gpus = run.job_gpu_percent
+    intervals = []  # (later sample, MiB/s, job GPU %)
+    for j in range(1, len(run)):
+        t0, t1, gpu = clock[j - 1], clock[j], gpus[j]
+        read0, read1 = read[j - 1], read[j]
+        if t0 is None or t1 is None or gpu is None or read0 != read0 or read1 != read1:
             continue
         if t1 <= t0 or read1 < read0:  # clock went back, or a new monitor restarted the count
             continue
-        intervals.append((after, (read1 - read0) / (t1 - t0), gpu))
+        intervals.append((j, (read1 - read0) / (t1 - t0), gpu))
     if len(intervals) < MIN_SAMPLES:
         return []
     bound = [
-        (r, rate) for r, rate, gpu in intervals if rate > DISK_READ_MIB_S and gpu < DISK_GPU_PERCENT
+        (j, rate) for j, rate, gpu in intervals if rate > DISK_READ_MIB_S and gpu < DISK_GPU_PERCENT
     ]
     share = len(bound) / len(intervals)
     if share < DISK_SHARE:
@@ -328,20 +394,19 @@ def disk_bound(records: Sequence[Record]) -> list[Finding]:
             f"below {DISK_GPU_PERCENT:.0f} % busy, in {share:.0%} of the intervals: reading "
             "the data is likely the bottleneck.",
             {"read_mib_s_mean": rate_mean, "share": share, "intervals": float(len(intervals))},
-            _span([r for r, _ in bound]),
+            run.span([j for j, _ in bound]),
         )
     ]
 
 
-def straggler_node(records: Sequence[Record]) -> list[Finding]:
+def straggler_node(run: Run) -> list[Finding]:
     """``straggler-node``: one node's mean CPU or GPU utilization far from the others'."""
     values: dict[str, dict[int, list[float]]] = {"cpu": {}, "gpu": {}}
-    for r in records:
-        for key, value in r.metrics.items():
-            m = _NODE_KEY.fullmatch(key)
-            if m:
-                kind = "cpu" if m.group(2) == "cpu" else "gpu"
-                values[kind].setdefault(int(m.group(1)), []).append(value)
+    for key, column in run.columns.items():
+        m = _NODE_KEY.fullmatch(key)
+        if m:
+            kind = "cpu" if m.group(2) == "cpu" else "gpu"
+            values[kind].setdefault(int(m.group(1)), []).extend(v for v in column if v == v)
     out = []
     for kind, nodes in values.items():
         means = {k: statistics.fmean(v) for k, v in nodes.items() if len(v) >= MIN_SAMPLES}
@@ -359,19 +424,20 @@ def straggler_node(records: Sequence[Record]) -> list[Finding]:
                         f"{abs(mean - median):.0f} points {side} the median node "
                         f"({median:.0f} %): it may hold the others back or do different work.",
                         {"node": float(node), "mean_percent": mean, "median_percent": median},
-                        _span(records),
+                        run.span(range(len(run))),
                     )
                 )
     return out
 
 
-def swap(records: Sequence[Record]) -> list[Finding]:
+def swap(run: Run) -> list[Finding]:
     """``swap``: the share of swap in use (``SWAP_KEY``) rose during the run."""
-    held = [r for r in records if SWAP_KEY in r.metrics]
+    held = run.present(SWAP_KEY)
     if not held:
         return []
-    first = held[0].metrics[SWAP_KEY]
-    peak = max(r.metrics[SWAP_KEY] for r in held)
+    column = run.columns[SWAP_KEY]
+    first = column[held[0]]
+    peak = max(column[j] for j in held)
     if peak - first <= SWAP_RISE_POINTS:
         return []
     return [
@@ -380,19 +446,20 @@ def swap(records: Sequence[Record]) -> list[Finding]:
             f"Swap use rose from {first:.0f} % to {peak:.0f} % during the run: memory ran "
             "short and pages went to disk, which slows everything down.",
             {"first_percent": first, "peak_percent": peak},
-            _span([r for r in held if r.metrics[SWAP_KEY] - first > SWAP_RISE_POINTS]),
+            run.span([j for j in held if column[j] - first > SWAP_RISE_POINTS]),
         )
     ]
 
 
-def unused_gpu(records: Sequence[Record]) -> list[Finding]:
+def unused_gpu(run: Run) -> list[Finding]:
     """``unused-gpu``: a GPU reported in the run that the job never used."""
-    used = set().union(*(_used_gpus(r) for r in records)) if records else set()
     out = []
-    for i in _gpu_indices(records):
-        if i in used:
+    for i in _gpu_indices(run.columns):
+        if i in run.used_gpus:
             continue
-        held = [r for r in records if any(key.startswith(f"gpu.{i}.") for key in r.metrics)]
+        held = sorted(
+            {j for key in run.columns if key.startswith(f"gpu.{i}.") for j in run.present(key)}
+        )
         out.append(
             Finding(
                 "unused-gpu",
@@ -400,13 +467,13 @@ def unused_gpu(records: Sequence[Record]) -> list[Finding]:
                 f"{len(held)} samples); if it should have, check the device placement, "
                 "or whether NVML can see the job's processes (containers).",
                 {"gpu": float(i), "samples": float(len(held))},
-                _span(held),
+                run.span(held),
             )
         )
     return out
 
 
-RULES: tuple[Callable[[Sequence[Record]], list[Finding]], ...] = (
+RULES: tuple[Callable[[Run], list[Finding]], ...] = (
     input_bound,
     memory_limit,
     gpu_throttling,
@@ -417,6 +484,6 @@ RULES: tuple[Callable[[Sequence[Record]], list[Finding]], ...] = (
 )
 
 
-def findings(records: Sequence[Record]) -> list[Finding]:
-    """Every finding of every rule in ``RULES`` about ``records``, in rule order."""
-    return [finding for rule in RULES for finding in rule(records)]
+def findings(run: Run) -> list[Finding]:
+    """Every finding of every rule in ``RULES`` about ``run``, in rule order."""
+    return [finding for rule in RULES for finding in rule(run)]

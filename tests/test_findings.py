@@ -56,16 +56,33 @@ def test_read_run_skips_junk_and_keeps_numbers(tmp_path: Path) -> None:
     )
     records = read_run(path)
     assert len(records) == 2
-    assert records[0].metrics == {"cpu": 5.0}
-    assert (records[0].time, records[0].monotonic, records[0].step) == (1.0, 2.0, 3)
-    assert records[1].step is None and records[1].metrics == {}
+    assert records.metrics(0) == {"cpu": 5.0}
+    assert records.metrics(1) == {}
+    assert (records.time[0], records.monotonic[0], records.step[0]) == (1.0, 2.0, 3)
+    assert records.step[1] is None
+
+
+def test_columns_hold_nan_where_a_sample_lacks_the_key(tmp_path: Path) -> None:
+    samples = [{"a": 1}, {"b": 2}, {}, {"a": 4, "b": 5}, {"b": 6}]
+    run = read_run(write_run(tmp_path / "run.jsonl", samples))
+    assert [run.metrics(j) for j in range(len(run))] == samples
+    assert all(len(column) == 5 for column in run.columns.values())
+    assert run.present("a") == [0, 3]
+
+
+def test_read_run_keeps_at_most_max_keys(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(fd, "MAX_KEYS", 3)
+    run = read_run(write_run(tmp_path / "run.jsonl", [{f"k{n}": n} for n in range(6)]))
+    assert sorted(run.columns) == ["k0", "k1", "k2"]
+    assert len(run) == 6
 
 
 def test_read_run_skips_a_line_over_the_limit(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     long = json.dumps({"metrics": {"cpu": 1}, "pad": "x" * (fd.MAX_LINE_BYTES + 10)})
     path.write_text(long + "\n" + json.dumps({"metrics": {"cpu": 2}}) + "\n")
-    assert [r.metrics for r in read_run(path)] == [{"cpu": 2.0}]
+    run = read_run(path)
+    assert [run.metrics(j) for j in range(len(run))] == [{"cpu": 2.0}]
 
 
 def test_read_run_reads_at_most_max_lines(tmp_path: Path) -> None:
@@ -76,8 +93,8 @@ def test_read_run_reads_at_most_max_lines(tmp_path: Path) -> None:
 def test_empty_file_has_no_findings(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     path.write_bytes(b"")
-    assert read_run(path) == []
-    assert findings([]) == []
+    assert len(read_run(path)) == 0
+    assert findings(read_run(path)) == []
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -7,7 +7,6 @@ import contextlib
 import gzip
 import http.server
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -27,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noq
 
 from sysmetrics import SystemMetricsWarning, SystemMonitor  # noqa: E402
 from sysmetrics.collectors import OpenMetricsCollector  # noqa: E402
+from tests import debian  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
 
 
@@ -222,22 +222,9 @@ def test_bad_configuration_is_a_clear_error(kwargs: dict[str, Any], match: str) 
         SystemMonitor(**kwargs)
 
 
-def _node_exporter_binary() -> str | None:
-    found = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
-    if found or not os.environ.get("CI") or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return found
-    # CI only: install Debian's package (the test setup the issue asks for).
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"],
-                ["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                 "prometheus-node-exporter"]):  # fmt: skip
-        subprocess.run(cmd, env=env, capture_output=True, timeout=600, check=False)
-    return shutil.which("prometheus-node-exporter")
-
-
 @pytest.fixture(scope="module")
 def node_exporter() -> Iterator[str]:
-    binary = _node_exporter_binary()
+    binary = debian.binary("prometheus-node-exporter", "prometheus-node-exporter", "node_exporter")
     if binary is None:
         pytest.skip("prometheus-node-exporter is not installed (apt-get install it; CI does)")
     with socket.socket() as s:

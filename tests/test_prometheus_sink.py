@@ -7,8 +7,6 @@ import inspect
 import json
 import logging
 import math
-import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -30,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sysmetrics import SystemMonitor, _optional
 from sysmetrics.collectors import host_collectors
 from sysmetrics.sinks import PrometheusExporter, serve
+from tests import debian
 from tests.conftest import ScriptedCollector
 from tests.polling import wait_for
 
@@ -423,19 +422,6 @@ def test_stalled_scrapes_do_not_delay_sampling() -> None:
 # -- a real Prometheus server ---------------------------------------------------------
 
 
-def _prometheus_binary() -> str | None:
-    found = shutil.which("prometheus")
-    if found or not os.environ.get("CI") or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return found
-    # CI only: install Debian's package (its service is not started: no systemd there,
-    # and the test runs the binary itself with its own configuration).
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"]
-    for cmd in (["apt-get", "update", "-qq"], install):
-        subprocess.run(cmd, env=env, capture_output=True, timeout=600, check=False)
-    return shutil.which("prometheus")
-
-
 class Prometheus:
     """A Prometheus server scraping ``target`` every second, with its data in ``tmp``."""
 
@@ -481,7 +467,7 @@ class Prometheus:
 
 
 def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
-    binary = _prometheus_binary()
+    binary = debian.binary("prometheus", "prometheus")
     if binary is None:
         pytest.skip("prometheus is not installed (apt-get install prometheus; CI does)")
     known = {"gpu.0.gpu": 42.0, "gpu.1.gpu": 17.0, "gpu.0.correctedMemoryErrors": 3.0,
