@@ -20,11 +20,14 @@ def _read_int(path: str) -> int | None:
     try:
         with open(path, encoding="ascii") as f:
             text = f.read().strip()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return None
     if text == "max" or not text.lstrip("-").isdigit():
         return None
-    return int(text)
+    try:
+        return int(text)
+    except ValueError:  # over Python's 4300-digit limit on int()
+        return None
 
 
 def _stat_field(path: str, names: tuple[str, ...]) -> int:
@@ -82,6 +85,25 @@ class Cgroup:
         if usage is None:
             return None
         return max(0, usage - inactive)
+
+    def swap_limit(self) -> int | None:
+        """Effective swap limit in bytes (v2 ``memory.swap.max``, smallest along the hierarchy).
+
+        0 where the cgroup may not swap; None where no limit is set and on v1 (whose
+        ``memory.memsw.*`` count memory and swap together).
+        """
+        if self.version != 2:
+            return None
+        limits = [_read_int(os.path.join(d, "memory.swap.max")) for d in self.memory_dirs]
+        real = [v for v in limits if v is not None and 0 <= v < _UNLIMITED]
+        return min(real) if real else None
+
+    def swap_used(self) -> int | None:
+        """Swap used by the cgroup (v2 ``memory.swap.current``), bytes; None on v1."""
+        if self.version != 2 or not self.memory_dirs:
+            return None
+        used = _read_int(os.path.join(self.memory_dirs[0], "memory.swap.current"))
+        return None if used is None else max(0, used)
 
     def cpu_limit(self) -> float | None:
         """CPUs allowed by the CFS quota (quota / period, smallest along the hierarchy)."""

@@ -139,6 +139,9 @@ DESCRIPTIONS: tuple[Description, ...] = (
     Description("proc.memory.availableMB", "MiB", "gauge",
                 "Memory available (in a memory-limited cgroup, its limit less its usage)",
                 "memory_available_bytes", _MIB),
+    Description("memory.swapPercent", "%", "gauge",
+                "Swap space in use, % of the swap available (the cgroup's swap limit where one "
+                "is set)", "memory_swap_percent"),
     Description("disk.{path}.usagePercent", "%", "gauge",
                 "Space in use on the filesystem of path, % (as df counts it)",
                 "disk_usage_percent", prometheus_labels=("path",)),

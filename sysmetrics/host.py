@@ -55,6 +55,9 @@ class HostSource(Protocol):
     def memory(self) -> tuple[int, int]:
         """System memory (total, available), bytes."""
 
+    def swap(self) -> tuple[int, int]:
+        """System swap space (total, used), bytes; total is 0 where no swap is configured."""
+
     def disk_io(self) -> tuple[int, int]:
         """Cumulative (read, written) bytes over the whole disks of the system."""
 
@@ -261,6 +264,18 @@ class ProcfsSource:
             available = fields["MemFree"] + fields.get("Buffers", 0) + fields.get("Cached", 0)
         return total, available
 
+    def swap(self) -> tuple[int, int]:
+        """(SwapTotal, SwapTotal - SwapFree) from ``/proc/meminfo``, bytes; (0, 0) without them."""
+        fields: dict[str, int] = {}
+        for line in _read(f"{self.root}/meminfo").splitlines():
+            name, _, rest = line.partition(":")
+            if name in ("SwapTotal", "SwapFree"):
+                fields[name] = int(rest.split()[0]) * 1024
+                if len(fields) == 2:
+                    break
+        total = fields.get("SwapTotal", 0)
+        return total, max(0, total - fields.get("SwapFree", total))
+
     def disk_io(self) -> tuple[int, int]:
         """Sectors read and written by whole disks in ``/proc/diskstats``, as bytes."""
         read = written = 0
@@ -393,6 +408,11 @@ class PsutilSource:
         """(total, available) bytes from ``psutil.virtual_memory()``."""
         vm = self.psutil.virtual_memory()
         return int(vm.total), int(vm.available)
+
+    def swap(self) -> tuple[int, int]:
+        """(total, used) bytes from ``psutil.swap_memory()``."""
+        sm = self.psutil.swap_memory()
+        return int(sm.total), int(sm.used)
 
     def disk_io(self) -> tuple[int, int]:
         """(read, written) bytes from ``psutil.disk_io_counters()``; zeros when it has none."""

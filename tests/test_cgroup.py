@@ -2,19 +2,23 @@
 
 The trees are real files in a temporary folder (the procfs/cgroupfs layout, as
 prometheus_client tests its process collector), since this machine has one cgroup
-setup and containers have others.
+setup and containers have others. Swap (``memory.swapPercent``) is read from a captured
+``/proc/meminfo`` in a temporary procfs root, with the cgroup v2 swap files beside it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sysmetrics.cgroup import Cgroup, find_cgroup
 from sysmetrics.collectors import MemoryCollector, ProcessCollector
-from sysmetrics.host import default_source
+from sysmetrics.collectors.memory import SWAP_KEY
+from sysmetrics.host import ProcfsSource, PsutilSource, default_source
 
 MiB = 1024 * 1024
 
@@ -155,3 +159,151 @@ def test_this_machine_cgroup_is_found() -> None:
     if cg is None:
         pytest.skip("this machine has no cgroup filesystem mounted")
     assert all(os.path.isdir(d) for d in cg.memory_dirs + cg.cpu_dirs)
+
+
+# --- swap: memory.swapPercent ------------------------------------------------------------
+
+MEMINFO = """\
+MemTotal:       32768000 kB
+MemFree:         2048000 kB
+MemAvailable:   16384000 kB
+Buffers:          512000 kB
+Cached:         12000000 kB
+SwapCached:        10240 kB
+Active:         14000000 kB
+Inactive:        9000000 kB
+Unevictable:       10320 kB
+Mlocked:            8780 kB
+{swap}Dirty:              1576 kB
+Writeback:             0 kB
+AnonPages:      10000000 kB
+Shmem:             51200 kB
+Slab:             800000 kB
+SReclaimable:     600000 kB
+"""
+
+
+def swap_source(tmp_path: Path, total_kb: int | None, free_kb: int | None = None) -> ProcfsSource:
+    """A procfs root whose ``meminfo`` has this swap (no Swap lines where ``total_kb`` is None)."""
+    swap = "" if total_kb is None else f"SwapTotal: {total_kb:>14} kB\nSwapFree: {free_kb:>15} kB\n"
+    write(tmp_path / "host-proc/meminfo", MEMINFO.format(swap=swap))
+    return ProcfsSource(root=str(tmp_path / "host-proc"))
+
+
+def swap_cgroup(tmp_path: Path, **files: str) -> Cgroup:
+    """A v2 container folder in a pod folder; ``files`` name ``memory.swap.*`` files as
+    ``ctr_max``, ``ctr_current``, ``pod_max``."""
+    pod, ctr = tmp_path / "cg/pod", tmp_path / "cg/pod/ctr"
+    ctr.mkdir(parents=True)
+    for name, text in files.items():
+        where, _, leaf = name.partition("_")
+        write((ctr if where == "ctr" else pod) / f"memory.swap.{leaf}", text + "\n")
+    return Cgroup(2, memory_dirs=[str(ctr), str(pod)], cpu_dirs=[str(ctr), str(pod)])
+
+
+def test_swap_percent_from_meminfo(tmp_path: Path) -> None:
+    source = swap_source(tmp_path, 8 * 1024 * 1024, 6 * 1024 * 1024)  # 8 GiB, 2 GiB used
+    assert source.swap() == (8 << 30, 2 << 30)
+    snap = MemoryCollector(source).sample()
+    assert snap[SWAP_KEY] == 25.0
+    assert snap["memory"] == 50.0  # the memory keys are as before
+
+
+@pytest.mark.parametrize("total_kb", [0, None], ids=["SwapTotal 0", "no Swap lines"])
+def test_no_swap_key_without_swap(tmp_path: Path, total_kb: int | None) -> None:
+    source = swap_source(tmp_path, total_kb, 0)
+    assert source.swap() == (0, 0)
+    cg = swap_cgroup(tmp_path, ctr_max=str(512 * MiB), ctr_current="0")
+    for snap in (MemoryCollector(source).sample(), MemoryCollector(source, cg).sample()):
+        assert SWAP_KEY not in snap and "memory" in snap
+
+
+def test_swap_percent_of_the_cgroup_swap_limit(tmp_path: Path) -> None:
+    source = swap_source(tmp_path, 8 * 1024 * 1024, 6 * 1024 * 1024)  # host: 25 %
+    cg = swap_cgroup(tmp_path, ctr_max=str(512 * MiB), ctr_current=str(64 * MiB), pod_max="max")
+    assert (cg.swap_limit(), cg.swap_used()) == (512 * MiB, 64 * MiB)
+    assert MemoryCollector(source, cg).sample()[SWAP_KEY] == 12.5
+    (tmp_path / "cg/pod/memory.swap.max").write_text(f"{256 * MiB}\n")  # the pod's is smaller
+    assert MemoryCollector(source, cg).sample()[SWAP_KEY] == 25.0 and cg.swap_limit() == 256 * MiB
+    (tmp_path / "cg/pod/ctr/memory.swap.current").write_text(f"{300 * MiB}\n")  # limit lowered
+    assert MemoryCollector(source, cg).sample()[SWAP_KEY] == 100.0
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"ctr_max": "max", "ctr_current": str(64 * MiB), "pod_max": "max"},
+        {"ctr_current": str(64 * MiB)},  # no swap controller files: the kernel has none
+        {"ctr_max": str(16 << 30), "ctr_current": str(64 * MiB)},  # above the host's 8 GiB
+    ],
+    ids=["max", "missing", "above the host"],
+)
+def test_swap_percent_of_the_host_without_a_cgroup_limit(
+    tmp_path: Path, files: dict[str, str]
+) -> None:
+    source = swap_source(tmp_path, 8 * 1024 * 1024, 6 * 1024 * 1024)
+    cg = swap_cgroup(tmp_path, **files)
+    assert MemoryCollector(source, cg).sample()[SWAP_KEY] == 25.0
+
+
+def test_no_swap_key_where_the_cgroup_may_not_swap(tmp_path: Path) -> None:
+    source = swap_source(tmp_path, 8 * 1024 * 1024, 6 * 1024 * 1024)
+    cg = swap_cgroup(tmp_path, ctr_max="max", ctr_current="0", pod_max="0")
+    assert cg.swap_limit() == 0
+    snap = MemoryCollector(source, cg).sample()
+    assert SWAP_KEY not in snap and "memory" in snap
+
+
+def test_cgroup_v1_swap_is_the_host_swap(tmp_path: Path) -> None:
+    """v1 has no swap-only limit (``memory.memsw.*`` is memory + swap): the host's numbers."""
+    write(tmp_path / "memory.memsw.limit_in_bytes", str(MiB))
+    cg = Cgroup(1, memory_dirs=[str(tmp_path)])
+    assert cg.swap_limit() is None and cg.swap_used() is None
+    source = swap_source(tmp_path, 8 * 1024 * 1024, 6 * 1024 * 1024)
+    assert MemoryCollector(source, cg).sample()[SWAP_KEY] == 25.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="psutil reads procfs on Linux")
+@pytest.mark.parametrize(
+    ("total_kb", "free_kb"),
+    [(8 * 1024 * 1024, 7 * 1024 * 1024), (2097148, 1234567), (2097148, 2097148), (4, 0)],
+)
+def test_swap_percent_matches_psutil_on_the_same_meminfo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total_kb: int, free_kb: int
+) -> None:
+    """Both sources against ``psutil.swap_memory()`` reading the captured procfs root."""
+    source = swap_source(tmp_path, total_kb, free_kb)
+    write(tmp_path / "host-proc/vmstat", "pswpin 10\npswpout 20\n")
+    psutil_source = PsutilSource()  # before: it reads the boot time from /proc/stat
+    monkeypatch.setattr(psutil, "PROCFS_PATH", source.root)
+    truth = psutil.swap_memory()
+    for src in (source, psutil_source):
+        assert src.swap() == (truth.total, truth.used)
+        assert MemoryCollector(src).sample()[SWAP_KEY] == pytest.approx(truth.percent, abs=0.05)
+
+
+@pytest.mark.parametrize("kind", ["psutil", "procfs"])
+def test_swap_percent_matches_psutil_on_this_machine(kind: str) -> None:
+    if kind == "procfs" and not ProcfsSource.supported():
+        pytest.skip("needs Linux procfs")
+    source = ProcfsSource() if kind == "procfs" else PsutilSource()
+    before = psutil.swap_memory()
+    if before.total == 0:
+        pytest.skip("this machine has no swap (the no-swap case is checked below)")
+    value = MemoryCollector(source).sample()[SWAP_KEY]
+    after = psutil.swap_memory()
+    assert source.swap()[0] == before.total
+    # psutil rounds its percent to 0.1; swap in use may move a little between the reads.
+    low, high = sorted((before.percent, after.percent))
+    assert low - 0.2 <= value <= high + 0.2
+
+
+@pytest.mark.parametrize("kind", ["psutil", "procfs"])
+def test_no_swap_key_on_this_machine_without_swap(kind: str) -> None:
+    if kind == "procfs" and not ProcfsSource.supported():
+        pytest.skip("needs Linux procfs")
+    if psutil.swap_memory().total != 0:
+        pytest.skip("this machine has swap (checked against psutil above)")
+    source = ProcfsSource() if kind == "procfs" else PsutilSource()
+    assert source.swap()[0] == 0
+    assert SWAP_KEY not in MemoryCollector(source).sample()

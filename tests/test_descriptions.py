@@ -46,6 +46,7 @@ from sysmetrics.collectors.trainium import parse_neuron_monitor
 from sysmetrics.descriptions import DESCRIPTIONS, Description, describe, markdown_table
 from sysmetrics.host import default_source
 from tests.nvml_standin import GPU
+from tests.test_cgroup import swap_source
 from tests.test_ipu import device as ipu_device
 from tests.test_nvidia import HOPPER_GPM
 from tests.test_nvidia import collector as nvidia_collector
@@ -93,6 +94,8 @@ def samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Samples
         MemoryCollector(source),
         DiskCollector(source, ["/", str(dotted)]),
         NetworkCollector(source),
+        # This machine may have no swap: memory.swapPercent from a captured meminfo with some.
+        MemoryCollector(swap_source(tmp_path, 8 * 1024 * 1024, 6 * 1024 * 1024)),
     ]
     out: Samples = {"host": [(c, c.sample()) for c in host]}
     rapl_root = tmp_path / "powercap"

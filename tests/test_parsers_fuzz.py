@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sysmetrics import SystemMonitor
-from sysmetrics.collectors import AMDCollector, OpenMetricsCollector
+from sysmetrics.cgroup import Cgroup
+from sysmetrics.collectors import AMDCollector, MemoryCollector, OpenMetricsCollector
 from sysmetrics.collectors.amd import (
     _bytes,
     _number,
@@ -37,8 +38,10 @@ from sysmetrics.collectors.amd import (
 )
 from sysmetrics.collectors.apple import parse_ioreg, parse_macmon
 from sysmetrics.collectors.ipu import METRICS, parse_attribute
+from sysmetrics.collectors.memory import SWAP_KEY
 from sysmetrics.collectors.tpu import parse_tpu_info
 from sysmetrics.collectors.trainium import parse_neuron_monitor
+from tests.test_cgroup import swap_source
 
 prometheus_client = pytest.importorskip("prometheus_client")
 
@@ -436,6 +439,55 @@ def test_gc_info_hostile_attribute(name: str, number: str, space: str, unit: boo
     parsed = parse_attribute(name, value)
     if parsed is not None:
         check_values({f"ipu.0.{parsed[0]}": parsed[1]})
+
+
+# The kernel's swap numbers: meminfo's SwapTotal and SwapFree, and the cgroup v2 swap files.
+_CGROUP_TEXT = (
+    st.none()  # the file is missing
+    | st.sampled_from(["max", "0", "", "max\n", str(1 << 62), *HOSTILE_TOKENS])
+    | st.integers().map(str)
+    | st.text()
+)
+_KB = st.integers(min_value=-(10**30), max_value=10**400) | st.sampled_from([0, 1, 2**63])
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(_KB, _KB, _CGROUP_TEXT, _CGROUP_TEXT, _CGROUP_TEXT)
+def test_swap_percent_with_hostile_swap_numbers(
+    tmp_path: Path,
+    total_kb: int,
+    free_kb: int,
+    ctr_max: str | None,
+    ctr_current: str | None,
+    pod_max: str | None,
+) -> None:
+    """Whatever meminfo's swap lines and the cgroup's swap files hold, ``memory.swapPercent``
+    is in 0..100, and absent without swap or where the cgroup's swap limit is 0."""
+    source = swap_source(tmp_path, total_kb, free_kb)
+    ctr, pod = tmp_path / "cg/pod/ctr", tmp_path / "cg/pod"
+    ctr.mkdir(parents=True, exist_ok=True)
+    for path, text in (
+        (ctr / "memory.swap.max", ctr_max),
+        (ctr / "memory.swap.current", ctr_current),
+        (pod / "memory.swap.max", pod_max),
+    ):
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_bytes(text.encode("utf-8", "surrogatepass"))
+    cg = Cgroup(2, memory_dirs=[str(ctr), str(pod)])
+    limit, used = cg.swap_limit(), cg.swap_used()
+    assert (limit is None or limit >= 0) and (used is None or used >= 0)
+    values = MemoryCollector(source, cg).sample()
+    check_values(values)
+    swap = values.get(SWAP_KEY)
+    assert swap is None or 0.0 <= swap <= 100.0
+    if total_kb <= 0 or limit == 0:
+        assert swap is None
 
 
 def _rocm_gpu_use(value: str) -> str:
