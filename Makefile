@@ -26,10 +26,11 @@ host-demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-# Each framework's tests at the minimum version pyproject.toml declares (tox envs; the
+# Each framework's tests, and the report's, at the minimum version pyproject.toml declares
+# (tox envs; the
 # latest versions are what `make test` runs).
 versions: $(STAMP)
-	$(BIN)/tox -e lightning-min,transformers-min,keras-min
+	$(BIN)/tox -e lightning-min,transformers-min,keras-min,report-min
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

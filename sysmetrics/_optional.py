@@ -57,3 +57,19 @@ def gcipuinfo() -> ModuleType | None:
     except Exception as exc:  # ImportError, or a broken install
         log.debug("sysmetrics: IPU collector unavailable: cannot import gcipuinfo: %s", exc)
         return None
+
+
+def matplotlib_figure() -> Any:
+    """Matplotlib's ``Figure`` class, for reports (:mod:`sysmetrics.report`); no pyplot.
+
+    Raises:
+        ImportError: matplotlib is not installed, with how to install it.
+
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError(
+            "the report's figures need matplotlib: pip install 'sysmetrics[report]'"
+        ) from exc
+    return Figure

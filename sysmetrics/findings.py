@@ -28,9 +28,9 @@ Rules and thresholds (each a module-level constant):
   ``STRAGGLER_MIN_NODES`` (3) nodes (with two, neither is the odd one out), a node's mean
   (over samples, and over its GPUs) differs from the median of the nodes' means by more
   than ``STRAGGLER_POINTS`` (25 percentage points).
-- ``swap``: sysmetrics reports no swap key today; this rule reads ``SWAP_KEY``
-  (``memory.swapPercent``, % of swap in use) where a run has it, and speaks when it rose by
-  more than ``SWAP_RISE_POINTS`` (5 percentage points) from its first value to its peak.
+- ``swap``: ``SWAP_KEY`` (``memory.swapPercent``, % of swap in use; absent where there is
+  no swap) rose by more than ``SWAP_RISE_POINTS`` (5 percentage points) from its first
+  value to its peak.
 - ``unused-gpu``: ``gpu.{i}.*`` keys are present but no ``gpu.process.{i}.*`` key ever is:
   the job never used GPU ``i`` (or NVML could not see the job's processes, as in a
   container without the host's PID namespace).
@@ -84,7 +84,7 @@ DISK_SHARE = 0.20  # ... in at least this share of the intervals
 STRAGGLER_POINTS = 25.0  # percentage points from the median node's mean
 STRAGGLER_MIN_NODES = 3  # nodes needed to name one the odd one out
 
-SWAP_KEY = "memory.swapPercent"  # % of swap in use; not reported by sysmetrics today
+SWAP_KEY = "memory.swapPercent"  # % of swap in use (MemoryCollector, where there is swap)
 SWAP_RISE_POINTS = 5.0  # percentage points from the first value to the peak
 
 _GPU_KEY = re.compile(r"gpu\.(\d+)\.")

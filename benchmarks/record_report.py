@@ -1,0 +1,154 @@
+"""The cost of ``sysmetrics record`` per sample, and of a report of a 24-hour run file.
+
+Run: ``python benchmarks/record_report.py`` (Linux; needs the ``[report]`` extra). Measured
+in one run:
+
+1. ``record``'s own CPU per sample: ``sysmetrics record --interval 0.1 -- sleep S`` for a
+   short and a long S, side by side; the difference of the recorders' CPU times (user +
+   system, from ``RUSAGE_CHILDREN``; ``sleep`` itself uses none) over the difference of
+   their samples is the CPU of one sample (sampling, the run-file line, the step file),
+   without the interpreter's start. Also as the share of one core at the default 1 s.
+2. ``sysmetrics report`` of a generated run file of 24 hours at 1 s (86,400 lines) as a
+   single-GPU workstation writes it: 16 cores, the NVIDIA keys of one GPU the job uses
+   (``gpu.0.*`` and ``gpu.process.0.*``), host memory, disk, network, RAPL energy, and
+   steps. It runs in a fresh interpreter so its peak RSS is the report's alone; wall
+   time and peak RSS are printed against the targets (10 s, 500 MB), with the time of
+   each phase. ``--gpus 8`` writes an 8-GPU box's file instead (the worst case here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+TARGET_S = 10.0
+TARGET_MB = 500.0
+
+
+def _cpu_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def record_cpu(tmp: str, seconds: float, interval: float = 0.1) -> tuple[float, int]:
+    """CPU s of one ``record`` of ``sleep seconds``, and the samples it wrote."""
+    out = os.path.join(tmp, f"sleep{seconds}.jsonl")
+    before = _cpu_children()
+    cmd = [sys.executable, "-m", "sysmetrics", "record", "--interval", str(interval),
+           "--output", out, "--", "sleep", str(seconds)]  # fmt: skip
+    subprocess.run(cmd, check=True)
+    with open(out, "rb") as f:
+        samples = sum(1 for _ in f)
+    return _cpu_children() - before, samples
+
+
+def generate(path: str, samples: int, gpus: int, cores: int = 16) -> int:
+    """Write a run file of ``samples`` lines at 1 s; return its number of keys."""
+    rng = random.Random(0)
+    gpu_keys = {
+        "gpu": 80.0, "memory": 40.0, "memoryAllocated": 70.0,
+        "memoryAllocatedBytes": 56e9, "temp": 70.0, "powerWatts": 300.0,
+        "powerPercent": 75.0, "smClock": 1700.0, "memoryClock": 2600.0,
+        "graphicsClock": 1700.0, "correctedMemoryErrors": 0.0,
+        "uncorrectedMemoryErrors": 0.0, "throttle.thermal": 0.0, "throttle.powerCap": 0.0,
+        "throttle.hwSlowdown": 0.0, "pcieTxBytes": 1e8, "pcieRxBytes": 1e9,
+        "energyJoules": 0.0,
+    }  # fmt: skip
+    keys = 0
+    start = 1_790_000_000.0
+    with open(path, "w") as f:
+        for n in range(samples):
+            wave = 0.5 + 0.5 * math.sin(n / 600)
+            m: dict[str, float] = {
+                "cpu": 60 + 30 * wave + rng.random() * 5,
+                "proc.cpu.threads": 48.0,
+                "proc.memory.rssMB": 20_000 + 10 * (n % 3600),
+                "proc.memory.pssMB": 18_000.0,
+                "proc.memory.percent": 30 + wave,
+                "proc.memory.availableMB": 90_000.0,
+                "memory": 35 + wave,
+                "disk./.usagePercent": 61.2,
+                "disk./.usageGB": 512.3,
+                "disk.in": 5.0 * n,
+                "disk.out": 1.0 * n,
+                "network.sent": 1e6 * n,
+                "network.recv": 5e7 * n,
+                "cpu.energyJoules": 150.0 * n,
+                "memory.energyJoules": 20.0 * n,
+            }
+            for c in range(cores):
+                m[f"cpu.{c}.cpu_percent"] = 50 + 40 * wave + rng.random() * 10
+            for i in range(gpus):
+                for key, value in gpu_keys.items():
+                    v = value * (0.9 + 0.1 * wave) if key != "energyJoules" else 300.0 * n
+                    m[f"gpu.{i}.{key}"] = v
+                    m[f"gpu.process.{i}.{key}"] = v
+            keys = len(m)
+            record = {"time": start + n, "monotonic": 1000.0 + n, "step": n // 2, "metrics": m}
+            f.write(json.dumps(record, separators=(",", ":")) + "\n")
+    return keys
+
+
+REPORT = """
+import resource, sys, time
+t0 = time.perf_counter()
+from sysmetrics import report
+from sysmetrics.findings import read_run
+t1 = time.perf_counter()
+run = read_run(sys.argv[1])
+t2 = time.perf_counter()
+pngs = report.figures(run)
+t3 = time.perf_counter()
+page = report.render(run, "bench", pngs)
+with open(sys.argv[2], "w") as f:
+    f.write(page)
+t4 = time.perf_counter()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(f"{t1 - t0} {t2 - t1} {t3 - t2} {t4 - t3} {peak} {len(pngs)} {len(page)}")
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--samples", type=int, default=86_400)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        short_cpu, short_n = record_cpu(tmp, 2)
+        long_cpu, long_n = record_cpu(tmp, 12)
+        per_sample = (long_cpu - short_cpu) / (long_n - short_n)
+        print("record (interval 0.1 s, sleep 2 s vs 12 s)")
+        print(f"  CPU of the recorder: {short_cpu:.2f} s for {short_n} samples, "
+              f"{long_cpu:.2f} s for {long_n}")  # fmt: skip
+        print(f"  per sample: {per_sample * 1e3:.2f} ms; at 1 s: {per_sample:.2%} of a core")
+
+        path = os.path.join(tmp, "day.jsonl")
+        t = time.perf_counter()
+        keys = generate(path, args.samples, args.gpus)
+        size = os.path.getsize(path) / 2**20
+        print(f"\nreport of {args.samples} lines at 1 s, {keys} keys, {args.gpus} GPU(s), "
+              f"{size:.0f} MiB (generated in {time.perf_counter() - t:.0f} s)")  # fmt: skip
+        out = os.path.join(tmp, "day.html")
+        t = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", REPORT, path, out],
+                              check=True, capture_output=True, text=True)  # fmt: skip
+        wall = time.perf_counter() - t
+        imports, read, draw, render, peak, figures, page = done.stdout.split()
+        print(f"  imports {float(imports):.2f} s, read {float(read):.2f} s, "
+              f"{figures} figures {float(draw):.2f} s, page {float(render):.2f} s "
+              f"({int(page) / 2**20:.1f} MiB)")  # fmt: skip
+        print(f"  wall {wall:.2f} s = {wall / TARGET_S:.2f} x the {TARGET_S:.0f} s target")
+        print(f"  peak RSS {float(peak):.0f} MB = {float(peak) / TARGET_MB:.2f} x the "
+              f"{TARGET_MB:.0f} MB target")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,423 @@
+"""``sysmetrics report RUN.jsonl -o report.html``: a run file as one page to look at.
+
+The page is one self-contained HTML file (figures embedded as PNG, no scripts, nothing
+fetched) with the run's findings (:mod:`sysmetrics.findings`), a summary table (mean, p95
+and peak of each key, by group) and one figure per group (CPU, memory, each GPU, disk,
+network, energy, ...), on the step axis where the run has steps and on elapsed time
+otherwise. Figures need matplotlib (the ``[report]`` extra).
+
+Values are shown in the unit a reader expects: counters (``disk.in``, ``network.recv``,
+``*.energyJoules``) as rates over each interval (MiB/s, W), bytes as GiB (MiB/s for rates),
+MiB as GiB. ``gpu.process.{i}.*`` keys that repeat a ``gpu.{i}.*`` key are left out, and
+per-core CPU keys are shown as their mean over the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import math
+import os
+import re
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from sysmetrics import _optional
+from sysmetrics.descriptions import describe
+from sysmetrics.findings import Finding, PathLike, Run, Span, findings, read_run
+
+if TYPE_CHECKING:
+    import numpy as np
+
+MAX_POINTS = 1500  # points drawn per series at most: longer runs are drawn as bins
+MAX_SERIES = 8  # series drawn per panel at most (the rest are in the table)
+MAX_PANELS = 6  # panels (one per unit) per figure at most
+MAX_FIGURES = 24  # figures per report at most
+MAX_ROWS = 500  # summary table rows at most
+
+# Per-core families shown as their mean over the cores.
+_COLLAPSED = ("cpu.{i}.cpu_percent", "trn.{core}.neuroncore_utilization")
+_GPU = re.compile(r"gpu\.(process\.)?(\d+)\.(.+)")
+_NAMES = {
+    "cpu": "CPU",
+    "memory": "Memory",
+    "disk": "Disk",
+    "network": "Network",
+    "tpu": "TPU",
+    "trn": "Trainium",
+    "ipu": "IPU",
+    "openmetrics": "OpenMetrics",
+}
+_ORDER = ("CPU", "Memory", "GPU", "Disk", "Network", "Energy")
+
+
+def group_of(key: str) -> str:
+    """The group a key is summarised and drawn in: ``"CPU"``, ``"GPU 0"``, ``"Disk"``, ...."""
+    m = _GPU.match(key)
+    if m:
+        return f"GPU {m.group(2)}"
+    if key.endswith("energyJoules"):
+        return "Energy"
+    head = key.split(".", 1)[0]
+    if head == "proc":
+        head = key.split(".", 2)[1] if key.count(".") >= 2 else head
+    if "/" in head:  # node{k}/... keys gathered from several nodes
+        return "Nodes"
+    return _NAMES.get(head, "Other")
+
+
+def _group_order(group: str) -> tuple[int, int, str]:
+    name, _, number = group.partition(" ")
+    rank = _ORDER.index(name) if name in _ORDER else len(_ORDER)
+    return rank, int(number) if number.isdigit() else 0, group
+
+
+@dataclass(frozen=True)
+class Series:
+    """One thing to summarise and draw: ``values`` in ``unit``, one per sample (NaN: none)."""
+
+    group: str
+    label: str
+    unit: str
+    values: np.ndarray[Any, Any]
+
+
+def _display(key: str) -> tuple[str, float, bool]:
+    """The unit ``key`` is shown in, the factor to it, and whether it is a counter's rate."""
+    found = describe(key)
+    if found is None:
+        return "", 1.0, False
+    unit, counter = found[0].unit, found[0].kind == "counter"
+    if counter:
+        rates = {"J": ("W", 1.0), "MiB": ("MiB/s", 1.0), "bytes": ("MiB/s", 2.0**-20)}
+        shown, factor = rates.get(unit, (f"{unit}/s", 1.0))
+        return shown, factor, True
+    gauges = {"bytes": ("GiB", 2.0**-30), "MiB": ("GiB", 2.0**-10), "bytes/s": ("MiB/s", 2.0**-20)}
+    shown, factor = gauges.get(unit, (unit, 1.0))
+    return shown, factor, False
+
+
+def _clock(run: Run) -> np.ndarray[Any, Any]:
+    """Seconds since the first sample, per sample (monotonic clock, else wall time)."""
+    import numpy as np
+
+    monotonic = [math.nan if v is None else v for v in run.monotonic]
+    wall = [math.nan if v is None else v for v in run.time]
+    clock = np.array(monotonic if not any(v != v for v in monotonic) else wall, dtype=float)
+    known = clock[~np.isnan(clock)]
+    return clock - known[0] if known.size else np.arange(len(run), dtype=float)
+
+
+def series(run: Run) -> list[Series]:
+    """The run's keys as :class:`Series`, grouped, in reading order (see the module)."""
+    import numpy as np
+
+    seconds = _clock(run)
+    dt = np.diff(seconds)
+    out: list[Series] = []
+    collapsed: dict[str, list[np.ndarray[Any, Any]]] = {}
+    for key in sorted(run.columns):
+        m = _GPU.match(key)
+        if m and m.group(1) and f"gpu.{m.group(2)}.{m.group(3)}" in run.columns:
+            continue  # gpu.process.{i}.x repeats gpu.{i}.x
+        values = np.frombuffer(run.columns[key], dtype=float)
+        found = describe(key)
+        if found is not None and found[0].key in _COLLAPSED:
+            collapsed.setdefault(found[0].key, []).append(values)
+            continue
+        unit, factor, rate = _display(key)
+        if rate:  # a counter: its increase over each interval, per second
+            rise = np.diff(values)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_s = np.where((rise >= 0) & (dt > 0), rise / dt, np.nan)
+            values = np.concatenate(([np.nan], per_s))
+        out.append(Series(group_of(key), key, unit, values * factor))
+    for family, columns in collapsed.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a sample with no core
+            mean = np.nanmean(np.vstack(columns), axis=0)
+        label = f"{family} (mean of {len(columns)})"  # both families are in %
+        out.append(Series(group_of(family), label, "%", mean))
+    out.sort(key=lambda s: (_group_order(s.group), s.label))
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the summary table: mean, 95th percentile and peak, in ``unit``."""
+
+    group: str
+    label: str
+    unit: str
+    mean: float
+    p95: float
+    peak: float
+
+
+def summary(all_series: Sequence[Series]) -> list[Row]:
+    """Mean, p95 and peak of each series with a value (at most ``MAX_ROWS`` rows)."""
+    import numpy as np
+
+    rows = []
+    for s in all_series:
+        known = s.values[~np.isnan(s.values)]
+        if known.size:
+            p95 = float(np.percentile(known, 95))
+            rows.append(Row(s.group, s.label, s.unit, float(known.mean()), p95, float(known.max())))
+    return rows[:MAX_ROWS]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """The figures' x axis: one ``x`` per sample (NaN: not drawn) and its label."""
+
+    x: np.ndarray[Any, Any]
+    label: str
+    left_out: int  # samples not drawn (before the first step)
+
+
+def axis(run: Run) -> Axis:
+    """The step axis where the run has steps that never go back; elapsed time otherwise.
+
+    On the step axis a sample is placed by its time between the samples where a step was
+    first seen, so slow steps spread their samples out instead of stacking them.
+    """
+    import numpy as np
+
+    seconds = _clock(run)
+    steps = np.array([math.nan if s is None else s for s in run.step], dtype=float)
+    known = ~np.isnan(steps)
+    if known.sum() >= 2 and np.all(np.diff(steps[known]) >= 0) and np.ptp(steps[known]) > 0:
+        first = np.flatnonzero(known & np.concatenate(([True], steps[1:] != steps[:-1])))
+        first = first[~np.isnan(seconds[first])]
+        x = np.interp(seconds, seconds[first], steps[first])
+        x[: first[0]] = np.nan
+        return Axis(x, "step", int(first[0]))
+    span = float(np.nanmax(seconds)) if len(seconds) else 0.0
+    scale, unit = (3600.0, "h") if span > 7200 else (60.0, "min") if span > 120 else (1.0, "s")
+    return Axis(seconds / scale, f"elapsed time ({unit})", 0)
+
+
+def _bins(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> tuple[Any, Any, Any, Any]:
+    """``x``, mean, min and max of ``y`` in at most ``MAX_POINTS`` bins of equal count."""
+    import numpy as np
+
+    keep = ~np.isnan(x) & ~np.isnan(y)
+    x, y = x[keep], y[keep]
+    if x.size <= MAX_POINTS:
+        return x, y, y, y
+    edges = np.linspace(0, x.size, MAX_POINTS + 1).astype(int)[:-1]
+    count = np.diff(np.append(edges, x.size))
+    mean_x = np.add.reduceat(x, edges) / count
+    return (
+        mean_x,
+        np.add.reduceat(y, edges) / count,
+        np.minimum.reduceat(y, edges),
+        np.maximum.reduceat(y, edges),
+    )
+
+
+def figure_png(group: str, members: Sequence[Series], ax: Axis) -> bytes:
+    """One figure for a group: a panel per unit, a line per series (binned: mean and range)."""
+    figure_class = _optional.matplotlib_figure()
+    units: dict[str, list[Series]] = {}
+    for s in members:
+        units.setdefault(s.unit, []).append(s)
+    panels = list(units.items())[:MAX_PANELS]
+    fig = figure_class(figsize=(10, 0.6 + 2.0 * len(panels)), layout="constrained", dpi=100)
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    for (unit, drawn), panel in zip(panels, axes):
+        for s in drawn[:MAX_SERIES]:
+            x, mean, low, high = _bins(ax.x, s.values)
+            (line,) = panel.plot(x, mean, linewidth=1.2, label=_short(s.label, group))
+            if low is not mean:
+                panel.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        panel.set_ylabel(unit or "value")
+        panel.ticklabel_format(axis="y", useOffset=False, style="plain")
+        panel.grid(alpha=0.3)
+        more = len(drawn) - MAX_SERIES
+        title = "" if more <= 0 else f"{more} more in the summary table"
+        panel.legend(
+            loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title=title or None
+        )
+    axes[0].set_title(group)
+    axes[-1].set_xlabel(ax.label)
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    return out.getvalue()
+
+
+def _short(label: str, group: str) -> str:
+    """A legend label without what the title says (``gpu.0.temp`` under GPU 0: ``temp``)."""
+    m = _GPU.match(label)
+    if m and group.startswith("GPU"):
+        return ("process " if m.group(1) else "") + m.group(3)
+    return label
+
+
+def figures(run: Run) -> dict[str, bytes]:
+    """One PNG per group (at most ``MAX_FIGURES``), in reading order."""
+    ax = axis(run)
+    groups: dict[str, list[Series]] = {}
+    for s in series(run):
+        if s.unit != "0/1" or s.group.startswith("GPU"):
+            groups.setdefault(s.group, []).append(s)
+    return {g: figure_png(g, members, ax) for g, members in list(groups.items())[:MAX_FIGURES]}
+
+
+def _number(value: float) -> str:
+    if value != value:
+        return ""
+    if abs(value) >= 100 or value == int(value):
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    h, rest = divmod(round(seconds), 3600)
+    m, s = divmod(rest, 60)
+    return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s" if m else f"{seconds:.1f} s"
+
+
+def _where(span: Optional[Span], start: Optional[float]) -> str:
+    if span is None:
+        return ""
+    if span.axis == "step":
+        return f"steps {span.first:.0f} to {span.last:.0f}"
+    if start is None:
+        return ""
+    return f"{_duration(span.first - start)} to {_duration(span.last - start)} after the start"
+
+
+def _finding_html(finding: Finding, start: Optional[float]) -> str:
+    evidence = ", ".join(f"{k} = {_number(v)}" for k, v in finding.evidence.items())
+    where = _where(finding.span, start)
+    detail = "; ".join(part for part in (where, evidence) if part)
+    return (
+        f'<li><span class="rule">{html.escape(finding.rule)}</span> '
+        f"{html.escape(finding.sentence)}<br><small>{html.escape(detail)}</small></li>"
+    )
+
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1040px;
+color:#222;padding:0 1em}
+h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:.9em}td,th{padding:.2em .7em;text-align:right}
+td:first-child,th:first-child,td:nth-child(2),th:nth-child(2){text-align:left}
+tr:nth-child(even){background:#f4f6f8}th{background:#e8ecf0}
+.rule{font-family:monospace;background:#fdecc8;padding:0 .3em}li{margin:.5em 0}
+img{max-width:100%}small{color:#555}
+"""
+
+
+def render(run: Run, title: str, pngs: dict[str, bytes]) -> str:
+    """The whole HTML page for ``run``: findings, summary table, figures (``pngs``)."""
+    seconds = _clock(run)
+    duration = float(seconds[-1] - seconds[0]) if len(seconds) > 1 else 0.0
+    steps = [s for s in run.step if s is not None]
+    start = next((t for t in run.time if t is not None), None)
+    facts = f"{len(run)} samples over {_duration(duration)}"
+    if len(run) > 1:
+        facts += f", one every {duration / (len(run) - 1):.3g} s"
+    if steps:
+        facts += f"; steps {min(steps)} to {max(steps)}"
+    found = findings(run)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(facts)}.</p>",
+        "<h2>Findings</h2>",
+    ]
+    if found:
+        parts.append("<ul>" + "".join(_finding_html(f, start) for f in found) + "</ul>")
+    else:
+        parts.append("<p>Nothing held the run back by the rules' thresholds.</p>")
+    parts.append("<h2>Summary</h2><table><tr><th>group</th><th>key</th><th>unit</th>")
+    parts.append("<th>mean</th><th>p95</th><th>peak</th></tr>")
+    for row in summary(series(run)):
+        cells = (row.group, row.label, row.unit, _number(row.mean), _number(row.p95))
+        parts.append(
+            "<tr>"
+            + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+            + f"<td>{html.escape(_number(row.peak))}</td></tr>"
+        )
+    parts.append("</table><h2>Figures</h2>")
+    left_out = axis(run).left_out
+    if left_out:
+        parts.append(f"<p><small>The {left_out} samples before the first step are not drawn.")
+        parts.append("</small></p>")
+    for group, png in pngs.items():
+        data = base64.b64encode(png).decode()
+        parts.append(f'<p><img alt="{html.escape(group)}" src="data:image/png;base64,{data}"></p>')
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _slug(group: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", group.lower()).strip("-") or "group"
+
+
+def write_report(
+    path: PathLike, output: Optional[PathLike] = None, png_dir: Optional[PathLike] = None
+) -> list[str]:
+    """Read the run file at ``path``; write the page to ``output`` and the figures to ``png_dir``.
+
+    Returns the paths written. Raises ``OSError`` where the run file cannot be read or an
+    output cannot be written, ``ValueError`` where the run file has no samples and
+    ``ImportError`` where matplotlib is missing.
+    """
+    run = read_run(path)
+    if len(run) == 0:
+        raise ValueError(f"{os.fspath(path)} has no samples (no line is a run-file record)")
+    pngs = figures(run)
+    written = []
+    if png_dir is not None:
+        os.makedirs(png_dir, exist_ok=True)
+        for group, png in pngs.items():
+            name = os.path.join(png_dir, f"{_slug(group)}.png")
+            with open(name, "wb") as f:
+                f.write(png)
+            written.append(name)
+    if output is not None:
+        title = f"sysmetrics report: {os.path.basename(os.fspath(path))}"
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(render(run, title, pngs))
+        written.append(os.fspath(output))
+    return written
+
+
+def add_parser(subs: Any) -> argparse.ArgumentParser:
+    """Add ``report`` to the command line's subcommands; return its parser."""
+    rep: argparse.ArgumentParser = subs.add_parser(
+        "report",
+        help="turn a run file into an HTML report",
+        description="Write one self-contained HTML page (findings, summary, figures) for a "
+        "run file, or only its figures as PNG files.",
+    )
+    rep.add_argument("run", help="the run file (JSON lines from record or a callback)")
+    rep.add_argument("-o", "--output", help="the HTML file (default: RUN with .html)")
+    rep.add_argument("--png", metavar="DIR", help="write each figure to DIR/<group>.png")
+    return rep
+
+
+def report_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run ``sysmetrics report``; return the exit status."""
+    output = args.output
+    if output is None and args.png is None:
+        output = os.path.splitext(args.run)[0] + ".html"
+    try:
+        written = write_report(args.run, output, args.png)
+    except (OSError, ValueError, ImportError) as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
