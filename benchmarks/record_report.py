@@ -3,7 +3,7 @@
 Run: ``python benchmarks/record_report.py`` (Linux; needs the ``[report]`` extra). Measured
 in one run:
 
-1. ``record``'s own CPU per sample: ``sysmetrics record --interval 0.1 -- sleep S`` for a
+1. ``record``'s own CPU per sample: ``sysmetrics record --interval 0.05 -- sleep S`` for a
    short and a long S, side by side; the difference of the recorders' CPU times (user +
    system, from ``RUSAGE_CHILDREN``; ``sleep`` itself uses none) over the difference of
    their samples is the CPU of one sample (sampling, the run-file line, the step file),
@@ -38,7 +38,7 @@ def _cpu_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def record_cpu(tmp: str, seconds: float, interval: float = 0.1) -> tuple[float, int]:
+def record_cpu(tmp: str, seconds: float, interval: float = 0.05) -> tuple[float, int]:
     """CPU s of one ``record`` of ``sleep seconds``, and the samples it wrote."""
     out = os.path.join(tmp, f"sleep{seconds}.jsonl")
     before = _cpu_children()
@@ -105,9 +105,10 @@ from sysmetrics.findings import read_run
 t1 = time.perf_counter()
 run = read_run(sys.argv[1])
 t2 = time.perf_counter()
-pngs = report.figures(run)
+all_series = report.series(run)
+pngs = report.figures(run, all_series)
 t3 = time.perf_counter()
-page = report.render(run, "bench", pngs)
+page = report.render(run, "bench", pngs, all_series)
 with open(sys.argv[2], "w") as f:
     f.write(page)
 t4 = time.perf_counter()
@@ -125,7 +126,7 @@ def main() -> None:
         short_cpu, short_n = record_cpu(tmp, 2)
         long_cpu, long_n = record_cpu(tmp, 12)
         per_sample = (long_cpu - short_cpu) / (long_n - short_n)
-        print("record (interval 0.1 s, sleep 2 s vs 12 s)")
+        print("record (interval 0.05 s, sleep 2 s vs 12 s)")
         print(f"  CPU of the recorder: {short_cpu:.2f} s for {short_n} samples, "
               f"{long_cpu:.2f} s for {long_n}")  # fmt: skip
         print(f"  per sample: {per_sample * 1e3:.2f} ms; at 1 s: {per_sample:.2%} of a core")

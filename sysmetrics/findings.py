@@ -55,6 +55,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Optional, Union
 
+from sysmetrics import _optional
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 MAX_LINES = 1_000_000  # lines read from a run file at most (junk lines count)
@@ -108,9 +110,10 @@ class Run:
     """A run file as columns: entry ``j`` of each list or column is sample ``j``.
 
     ``time`` is s since the epoch, ``monotonic`` s on the sampler's monotonic clock,
-    ``step`` the training step (``None`` where unknown). ``columns`` maps each metric key to
-    an ``array('d')`` of its values, NaN where a sample lacks the key (only finite numbers
-    are kept). Columns, not a dict per sample: a day at 1 s is 86,400 samples.
+    ``step`` the training step (``None`` where unknown or not a 64-bit integer).
+    ``columns`` maps each metric key to an ``array('d')`` of its values, NaN where a sample
+    lacks the key (only finite numbers are kept). Columns, not a dict per sample: a day at
+    1 s is 86,400 samples.
     """
 
     def __init__(self) -> None:
@@ -151,7 +154,7 @@ class Run:
             column.append(value)
         self.time.append(_number(time))
         self.monotonic.append(_number(monotonic))
-        self.step.append(step if type(step) is int else None)
+        self.step.append(step if type(step) is int and -(2**63) <= step < 2**63 else None)
 
     def pad(self) -> None:
         """Fill every column with NaN up to the last sample (after the last :meth:`add`)."""
@@ -231,12 +234,23 @@ class Finding:
     span: Optional[Span] = None
 
 
-def _add_line(run: Run, raw: bytes) -> None:
-    """Add one line to ``run`` where it is a run-file record; skip it otherwise."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return
+def _add_line(run: Run, raw: bytes, fast: Optional[Callable[[bytes], Any]]) -> None:
+    """Add one line to ``run`` where it is a run-file record; skip it otherwise.
+
+    ``fast`` (orjson's ``loads``) parses first where given; a line it rejects (``NaN``, an
+    integer over 64 bits, ...) is parsed again by the stdlib, so both read the same.
+    """
+    data = None
+    if fast is not None:
+        try:
+            data = fast(raw)
+        except ValueError:  # orjson.JSONDecodeError is one
+            data = None
+    if data is None:
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return
     if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
         run.add(data["metrics"], data.get("time"), data.get("monotonic"), data.get("step"))
 
@@ -249,6 +263,7 @@ def read_run(path: PathLike, max_lines: int = MAX_LINES) -> Run:
     cannot be opened does (``OSError``).
     """
     run = Run()
+    fast = _optional.fast_json_loads()
     with open(path, "rb") as file:
         for _ in range(max_lines):
             raw = file.readline(MAX_LINE_BYTES + 1)
@@ -258,7 +273,7 @@ def read_run(path: PathLike, max_lines: int = MAX_LINES) -> Run:
                 while raw and not raw.endswith(b"\n"):
                     raw = file.readline(MAX_LINE_BYTES)
                 continue
-            _add_line(run, raw)
+            _add_line(run, raw, fast)
     run.pad()
     return run
 

@@ -136,7 +136,7 @@ def series(run: Run) -> list[Series]:
             with np.errstate(invalid="ignore", divide="ignore"):
                 per_s = np.where((rise >= 0) & (dt > 0), rise / dt, np.nan)
             values = np.concatenate(([np.nan], per_s))
-        out.append(Series(group_of(key), key, unit, values * factor))
+        out.append(Series(group_of(key), key, unit, values if factor == 1 else values * factor))
     for family, columns in collapsed.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a sample with no core
@@ -260,11 +260,14 @@ def _short(label: str, group: str) -> str:
     return label
 
 
-def figures(run: Run) -> dict[str, bytes]:
-    """One PNG per group (at most ``MAX_FIGURES``), in reading order."""
+def figures(run: Run, all_series: Optional[Sequence[Series]] = None) -> dict[str, bytes]:
+    """One PNG per group (at most ``MAX_FIGURES``), in reading order.
+
+    ``all_series`` is ``series(run)``, where the caller has it already.
+    """
     ax = axis(run)
     groups: dict[str, list[Series]] = {}
-    for s in series(run):
+    for s in series(run) if all_series is None else all_series:
         if s.unit != "0/1" or s.group.startswith("GPU"):
             groups.setdefault(s.group, []).append(s)
     return {g: figure_png(g, members, ax) for g, members in list(groups.items())[:MAX_FIGURES]}
@@ -317,8 +320,13 @@ img{max-width:100%}small{color:#555}
 """
 
 
-def render(run: Run, title: str, pngs: dict[str, bytes]) -> str:
-    """The whole HTML page for ``run``: findings, summary table, figures (``pngs``)."""
+def render(
+    run: Run, title: str, pngs: dict[str, bytes], all_series: Optional[Sequence[Series]] = None
+) -> str:
+    """The whole HTML page for ``run``: findings, summary table, figures (``pngs``).
+
+    ``all_series`` is ``series(run)``, where the caller has it already.
+    """
     seconds = _clock(run)
     duration = float(seconds[-1] - seconds[0]) if len(seconds) > 1 else 0.0
     steps = [s for s in run.step if s is not None]
@@ -342,7 +350,7 @@ def render(run: Run, title: str, pngs: dict[str, bytes]) -> str:
         parts.append("<p>Nothing held the run back by the rules' thresholds.</p>")
     parts.append("<h2>Summary</h2><table><tr><th>group</th><th>key</th><th>unit</th>")
     parts.append("<th>mean</th><th>p95</th><th>peak</th></tr>")
-    for row in summary(series(run)):
+    for row in summary(series(run) if all_series is None else all_series):
         cells = (row.group, row.label, row.unit, _number(row.mean), _number(row.p95))
         parts.append(
             "<tr>"
@@ -377,7 +385,8 @@ def write_report(
     run = read_run(path)
     if len(run) == 0:
         raise ValueError(f"{os.fspath(path)} has no samples (no line is a run-file record)")
-    pngs = figures(run)
+    all_series = series(run)
+    pngs = figures(run, all_series)
     written = []
     if png_dir is not None:
         os.makedirs(png_dir, exist_ok=True)
@@ -389,7 +398,7 @@ def write_report(
     if output is not None:
         title = f"sysmetrics report: {os.path.basename(os.fspath(path))}"
         with open(output, "w", encoding="utf-8") as f:
-            f.write(render(run, title, pngs))
+            f.write(render(run, title, pngs, all_series))
         written.append(os.fspath(output))
     return written
 

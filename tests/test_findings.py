@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -272,3 +273,46 @@ def test_no_unused_gpu_when_used_once(tmp_path: Path) -> None:
 def test_no_gpu_no_findings(tmp_path: Path) -> None:
     samples = [{"cpu": 50, "memory": 40, "proc.memory.percent": 10} for _ in range(10)]
     assert run(tmp_path, samples) == []
+
+
+def same(a: fd.Run, b: fd.Run) -> bool:
+    """Equal runs, NaN equal to NaN."""
+    columns = {k: [None if v != v else v for v in c] for k, c in a.columns.items()}
+    other = {k: [None if v != v else v for v in c] for k, c in b.columns.items()}
+    return (a.time, a.monotonic, a.step, columns) == (b.time, b.monotonic, b.step, other)
+
+
+_VALUES = st.one_of(
+    st.floats(),  # NaN and infinities, which orjson rejects and json.dumps writes
+    st.integers(min_value=-(2**70), max_value=2**70),  # beyond orjson's 64 bits
+    st.booleans(),
+    st.none(),
+    st.text(max_size=3),
+)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "step": _VALUES,
+                "time": _VALUES,
+                "metrics": st.dictionaries(st.text(max_size=6), _VALUES, max_size=5),
+            }
+        ),
+        max_size=8,
+    ),
+    st.binary(max_size=64),
+)
+def test_orjson_and_the_stdlib_read_the_same(
+    tmp_path: Path, monkeypatch: Any, records: list[dict[str, Any]], junk: bytes
+) -> None:
+    pytest.importorskip("orjson", reason="orjson comes with the [report] extra")
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in records) + junk)
+    fast = read_run(path)
+    with monkeypatch.context() as m:
+        m.setattr(fd._optional, "fast_json_loads", lambda: None)
+        slow = read_run(path)
+    assert same(fast, slow)
