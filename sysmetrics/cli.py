@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 
 from sysmetrics import report
+from sysmetrics.live import LiveView
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.sinks.jsonl import JsonlSink
 from sysmetrics.steps import ENV, WIDTH
@@ -82,6 +83,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         help="an OpenMetrics endpoint to scrape (repeatable)",
     )
     rec.add_argument("--prometheus-port", type=int, help="serve /metrics on 127.0.0.1 at this port")
+    rec.add_argument(
+        "--live", action="store_true", help="print a compact line per interval to stderr"
+    )
     rec.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     return parser, {"record": rec, "report": report.add_parser(subs)}
 
@@ -257,6 +261,10 @@ def _watch(
         monitor.start()
         proxy.monitor = monitor
         steps.start()
+        if args.live:
+            live = LiveView(monitor)
+            stack.callback(live.close)
+            live.start()
         _wait_exited(child)
 
 

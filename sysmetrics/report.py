@@ -195,9 +195,10 @@ def axis(run: Run) -> Axis:
     if known.sum() >= 2 and np.all(np.diff(steps[known]) >= 0) and np.ptp(steps[known]) > 0:
         first = np.flatnonzero(known & np.concatenate(([True], steps[1:] != steps[:-1])))
         first = first[~np.isnan(seconds[first])]
-        x = np.interp(seconds, seconds[first], steps[first])
-        x[: first[0]] = np.nan
-        return Axis(x, "step", int(first[0]))
+        if first.size >= 2 and np.all(np.diff(seconds[first]) > 0):
+            x = np.interp(seconds, seconds[first], steps[first])
+            x[: first[0]] = np.nan
+            return Axis(x, "step", int(first[0]))
     span = float(np.nanmax(seconds)) if len(seconds) else 0.0
     scale, unit = (3600.0, "h") if span > 7200 else (60.0, "min") if span > 120 else (1.0, "s")
     return Axis(seconds / scale, f"elapsed time ({unit})", 0)

@@ -239,14 +239,17 @@ def test_a_long_run_is_drawn_binned(tmp_path: Path) -> None:
         max_size=12,
     ),
     st.lists(st.one_of(st.none(), st.integers(-5, 5)), max_size=12),
+    st.lists(st.one_of(st.none(), st.floats(), st.integers(-5, 5)), max_size=12),
 )
 def test_render_never_raises(
-    tmp_path: Path, samples: list[dict[str, Any]], steps: list[Any]
+    tmp_path: Path, samples: list[dict[str, Any]], steps: list[Any], times: list[Any]
 ) -> None:
     run = Run()
     for n, metrics in enumerate(samples):
-        run.add(metrics, time=float(n), monotonic=None, step=steps[n] if n < len(steps) else None)
+        step = steps[n] if n < len(steps) else None
+        run.add(metrics, time=times[n] if n < len(times) else None, monotonic=None, step=step)
     run.pad()
+    report.axis(run)
     page = report.render(run, "t", {})
     assert page.startswith("<!DOCTYPE html>")
 
@@ -320,3 +323,11 @@ def test_report_of_a_lightning_run_file(tmp_path: Path) -> None:
     text = page.read_text()
     assert "steps 0 to 15" in text  # 2 epochs of 8 batches
     assert "proc.memory.rssMB" in table(text)
+
+
+def test_steps_at_samples_without_a_clock_fall_back_to_time() -> None:
+    run = Run()
+    for time, step in [(1.0, None), (None, 0), (None, 1), (4.0, None)]:
+        run.add({"cpu": 1.0}, time=time, monotonic=None, step=step)
+    run.pad()
+    assert report.axis(run).label == "elapsed time (s)"

@@ -1,0 +1,96 @@
+"""``sysmetrics record --live``: one compact line per interval on stderr while recording.
+
+:func:`live_line` formats a sample; :class:`LiveView` prints one line per interval from
+``monitor.latest()`` on its own thread, and stops at its first error, with one warning
+line, so the command never sees it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Optional, TextIO
+
+from sysmetrics.monitor import SystemMonitor
+
+_MiB = 2.0**20
+_GiB = 2.0**30
+_GPU = re.compile(r"gpu\.(\d+)\.gpu")
+
+
+def _rate(
+    key: str, values: Mapping[str, float], previous: Mapping[str, float], seconds: float
+) -> Optional[float]:
+    """The counter ``key``'s increase per second since ``previous``, or None."""
+    if key not in values or key not in previous or seconds <= 0:
+        return None
+    rise = values[key] - previous[key]
+    return rise / seconds if rise >= 0 else None
+
+
+def live_line(
+    values: Mapping[str, float], previous: Mapping[str, float], seconds: float, step: object
+) -> str:
+    """One line for a sample: the parts whose keys are present, rates since ``previous``.
+
+    ``values`` and ``previous`` are two samples ``seconds`` apart; ``step`` is the training
+    step (None where not marked). Example: ``step 120 | cpu 97% | rss 1.2 GiB | gpu0 88%
+    31.2 GiB 245 W | disk r 12.0 w 3.1 MiB/s | net in 1.0 out 0.2 MiB/s``.
+    """
+    parts = []
+    if step is not None:
+        parts.append(f"step {step}")
+    if "cpu" in values:
+        parts.append(f"cpu {values['cpu']:.0f}%")
+    if "proc.memory.rssMB" in values:
+        parts.append(f"rss {values['proc.memory.rssMB'] / 1024:.1f} GiB")
+    gpus = sorted(int(m.group(1)) for k in values if (m := _GPU.fullmatch(k)))
+    for i in gpus:
+        gpu = [f"gpu{i} {values[f'gpu.{i}.gpu']:.0f}%"]
+        if f"gpu.{i}.memoryAllocatedBytes" in values:
+            gpu.append(f"{values[f'gpu.{i}.memoryAllocatedBytes'] / _GiB:.1f} GiB")
+        if f"gpu.{i}.powerWatts" in values:
+            gpu.append(f"{values[f'gpu.{i}.powerWatts']:.0f} W")
+        parts.append(" ".join(gpu))
+    read, write = (_rate(k, values, previous, seconds) for k in ("disk.in", "disk.out"))
+    if read is not None and write is not None:  # MiB counters
+        parts.append(f"disk r {read:.1f} w {write:.1f} MiB/s")
+    recv, sent = (_rate(k, values, previous, seconds) for k in ("network.recv", "network.sent"))
+    if recv is not None and sent is not None:  # byte counters
+        parts.append(f"net in {recv / _MiB:.1f} out {sent / _MiB:.1f} MiB/s")
+    return " | ".join(parts)
+
+
+class LiveView(threading.Thread):
+    """Prints :func:`live_line` of ``monitor.latest()`` to ``stream`` every interval."""
+
+    def __init__(self, monitor: SystemMonitor, stream: TextIO = sys.stderr) -> None:
+        super().__init__(name="sysmetrics-live", daemon=True)
+        self.monitor = monitor
+        self.stream = stream
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        """Print a line every interval until :meth:`close`, or the first error."""
+        previous: Mapping[str, float] = {}
+        last = time.monotonic()
+        while not self.done.wait(self.monitor.interval):
+            try:
+                values = self.monitor.latest()
+                now = time.monotonic()
+                line = live_line(values, previous, now - last, self.monitor.step)
+                if line:
+                    print(f"sysmetrics: {line}", file=self.stream, flush=True)
+                previous, last = values, now
+            except Exception as exc:  # the live view must never reach the command
+                print(f"sysmetrics: live view stopped: {exc!r}"[:300], file=self.stream)
+                return
+
+    def close(self) -> None:
+        """Stop printing (at once) and wait for the thread."""
+        self.done.set()
+        if self.ident is not None:
+            self.join()

@@ -1,0 +1,69 @@
+"""``sysmetrics record --live``: the line format, and a real recording's stderr."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sysmetrics import SystemMonitor
+from sysmetrics.live import LiveView, live_line
+
+
+def test_live_line_with_rates() -> None:
+    before = {"disk.in": 100.0, "disk.out": 10.0, "network.recv": 0.0, "network.sent": 0.0}
+    now = {
+        "cpu": 97.4,
+        "proc.memory.rssMB": 1228.8,
+        "gpu.0.gpu": 88.0,
+        "gpu.0.memoryAllocatedBytes": 31.2 * 2**30,
+        "gpu.0.powerWatts": 245.0,
+        "gpu.1.gpu": 3.0,
+        "disk.in": 124.0,  # MiB: +24 in 2 s
+        "disk.out": 16.2,
+        "network.recv": 2.0 * 2**20,  # bytes: +2 MiB in 2 s
+        "network.sent": 0.4 * 2**20,
+    }
+    assert live_line(now, before, 2.0, 120) == (
+        "step 120 | cpu 97% | rss 1.2 GiB | gpu0 88% 31.2 GiB 245 W | gpu1 3% | "
+        "disk r 12.0 w 3.1 MiB/s | net in 1.0 out 0.2 MiB/s"
+    )
+
+
+def test_live_line_leaves_out_what_it_cannot_know() -> None:
+    assert live_line({"cpu": 5.0, "disk.in": 1.0, "disk.out": 1.0}, {}, 1.0, None) == "cpu 5%"
+    restarted = {"disk.in": 1.0, "disk.out": 1.0}  # the counters went down: no rate
+    assert live_line(restarted, {"disk.in": 9.0, "disk.out": 9.0}, 1.0, None) == ""
+    assert live_line({}, {}, 0.0, None) == ""
+
+
+def test_a_failing_live_view_stops_with_one_line() -> None:
+    monitor = SystemMonitor(0.05)
+    stream = io.StringIO()
+    view = LiveView(monitor, stream)
+
+    def broken() -> dict[str, float]:
+        raise RuntimeError("boom")
+
+    monitor.latest = broken  # type: ignore[method-assign]
+    view.start()
+    view.join(timeout=5)
+    assert not view.is_alive()
+    assert stream.getvalue() == "sysmetrics: live view stopped: RuntimeError('boom')\n"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_record_live_prints_a_line_per_interval() -> None:
+    sleep = [sys.executable, "-c", "import time; time.sleep(1.2)"]
+    cmd = [sys.executable, "-m", "sysmetrics", "record", "--live", "--interval", "0.2",
+           "--output", "/dev/null", "--", *sleep]  # fmt: skip
+    start = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [x for x in done.stderr.splitlines() if x.startswith("sysmetrics: cpu ")]
+    assert len(lines) >= 3, done.stderr
+    assert len(lines) <= (time.monotonic() - start) / 0.2 + 1
+    assert "rss" in lines[-1] and "disk r" in lines[-1]
