@@ -383,6 +383,10 @@ def write_report(
     output cannot be written, ``ValueError`` where the run file has no samples and
     ``ImportError`` where matplotlib is missing.
     """
+    if output is not None:  # fail before the drawing, not after
+        folder = os.path.dirname(os.fspath(output)) or "."
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(2, "No such directory", folder)
     run = read_run(path)
     if len(run) == 0:
         raise ValueError(f"{os.fspath(path)} has no samples (no line is a run-file record)")

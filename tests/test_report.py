@@ -263,6 +263,10 @@ def test_cli_errors(tmp_path: Path) -> None:
     empty = cli("report", str(junk))
     assert empty.returncode == 1
     assert "junk.jsonl has no samples" in empty.stderr
+    run = write_run(tmp_path / "run.jsonl", [{"cpu": 1.0}, {"cpu": 2.0}])
+    nowhere = cli("report", str(run), "-o", str(tmp_path / "missing" / "page.html"))
+    assert nowhere.returncode == 1
+    assert f"No such directory: '{tmp_path / 'missing'}'" in nowhere.stderr
 
 
 def test_default_output_is_beside_the_run_file(tmp_path: Path) -> None:
