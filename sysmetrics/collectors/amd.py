@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from sysmetrics.collectors._values import WATTS, checked, field, gpu_values, number
-from sysmetrics.collectors.base import BackgroundCollector, find_tool, kill_group, quote
+from sysmetrics.collectors.base import BackgroundCollector, find_tool, kill_group
 
 log = logging.getLogger("sysmetrics")
 
@@ -342,22 +342,8 @@ class AMDCollector(BackgroundCollector):
             published = self._published
         if published:
             self._closed.wait(max(0.0, published + self.poll_interval - time.monotonic()))
-        while not self._closed.is_set():
-            try:
-                values = self.read()
-            except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
-                if self._closed.is_set():
-                    return
-                self._warn_once(
-                    "run",
-                    f"sysmetrics: {' '.join(self.command)} failed, retrying every "
-                    f"{self.poll_interval:g} s: {quote(str(exc))}",
-                )
-                values = {}
-            if self._closed.is_set():
-                return
-            self._set_latest(values)
-            self._closed.wait(self.poll_interval)
+        errors = (OSError, ValueError, RuntimeError, subprocess.SubprocessError)
+        self._poll(self.read, " ".join(self.command), errors, self.poll_interval)
 
 
 def _check_exit(command: Sequence[str], returncode: int, stdout: str, stderr: str) -> None:

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 Aggregation = Literal["mean", "last", "peak"]
@@ -166,6 +166,35 @@ class BackgroundCollector(BaseCollector):
         if what not in self._warned:
             self._warned.add(what)
             warnings.warn(message, SystemMetricsWarning, stacklevel=2)
+
+    def _poll(
+        self,
+        read: Callable[[], dict[str, float]],
+        what: str,
+        errors: tuple[type[Exception], ...],
+        interval: float,
+    ) -> None:
+        """Publish ``read()`` every ``interval`` s until closed (the body of a polling ``_run``).
+
+        A run that raises one of ``errors`` publishes nothing current (``{}``) and warns once
+        (``"<what> failed, retrying every <interval> s: <error>"``, the error's text bounded);
+        the next run is tried as usual. Anything else ends the thread: a collector failure.
+        """
+        while not self._closed.is_set():
+            try:
+                values = read()
+            except errors as exc:
+                if self._closed.is_set():
+                    return
+                self._warn_once(
+                    "run",
+                    f"sysmetrics: {what} failed, retrying every {interval:g} s: {quote(str(exc))}",
+                )
+                values = {}
+            if self._closed.is_set():
+                return
+            self._set_latest(values)
+            self._closed.wait(interval)
 
     def _lines(self, proc: subprocess.Popen[str]) -> Iterator[str]:
         """``proc``'s output lines until it ends or the collector is closed.

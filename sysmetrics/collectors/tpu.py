@@ -158,19 +158,5 @@ class TPUCollector(BackgroundCollector):
         super().close()
 
     def _run(self) -> None:
-        while not self._closed.is_set():
-            try:
-                values = self.read()
-            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-                if self._closed.is_set():
-                    return
-                self._warn_once(
-                    "run",
-                    f"sysmetrics: {self.command[0]} failed, retrying every "
-                    f"{self.poll_interval:g} s: {exc}",
-                )
-                values = {}
-            if self._closed.is_set():
-                return
-            self._set_latest(values)
-            self._closed.wait(self.poll_interval)
+        errors = (OSError, RuntimeError, subprocess.SubprocessError)
+        self._poll(self.read, self.command[0], errors, self.poll_interval)
