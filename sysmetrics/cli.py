@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import importlib.metadata
 import mmap
 import os
 import select
@@ -21,15 +23,20 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sysmetrics import report
+from sysmetrics.collectors.base import SystemMetricsWarning
 from sysmetrics.live import LiveView
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.sinks.jsonl import JsonlSink
 from sysmetrics.steps import ENV, WIDTH
+
+if TYPE_CHECKING:
+    from sysmetrics.sinks.prometheus import PrometheusExporter
 
 PROG = "sysmetrics"
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
@@ -37,12 +44,40 @@ STEP_POLL = 0.1  # longest seconds between two reads of the step file
 STEP_TRIES = 20  # reads of the step file at most, until two in a row agree
 
 
-def _number(text: str) -> float:
-    """An int where the text is one (so messages show the value as given), else a float."""
+def _seconds(text: str) -> float:
+    """An int where the text is one (so messages show the value as given), else a float.
+
+    The range is the monitor's to check, with its message.
+    """
     try:
         return int(text)
     except ValueError:
+        pass
+    try:
         return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is invalid: it must be a number of seconds"
+        ) from None
+
+
+def _port(text: str) -> int:
+    """A TCP port, 0 to 65535 (0: the system picks a free one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is invalid: use 0 to 65535 (0 picks a free port)")
+    return port
+
+
+def _version() -> str:
+    """The installed distribution's version, or ``unknown``."""
+    try:
+        return importlib.metadata.version("sysmetrics")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _gpu_ids(text: str) -> list[int | str]:
@@ -59,6 +94,7 @@ def _endpoint(text: str) -> tuple[str, str]:
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(prog=PROG, description="System metrics of a command.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     subs = parser.add_subparsers(dest="subcommand", required=True)
     rec = subs.add_parser(
         "record",
@@ -66,15 +102,34 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         description="Run COMMAND and write its metrics to a run file, one JSON line per "
         "sample. Exits with COMMAND's exit status (128+N when it died of signal N).",
     )
-    rec.add_argument("--output", default="sysmetrics-run.jsonl", help="the run file (appended)")
-    rec.add_argument("--interval", type=_number, default=1.0, help="seconds between samples")
+    # Defaults are written into the help strings: ArgumentDefaultsHelpFormatter would
+    # add "(default: None)" to the options that have none.
+    rec.add_argument(
+        "--output",
+        default="sysmetrics-run.jsonl",
+        metavar="PATH",
+        help="the run file, created or appended to (default: %(default)s)",
+    )
+    rec.add_argument(
+        "--interval",
+        type=_seconds,
+        default=1.0,
+        metavar="S",
+        help="seconds between samples, 0.01 to 3600 (default: %(default)s)",
+    )
     rec.add_argument(
         "--disk-path",
         action="append",
         dest="disk_paths",
-        help="a path whose filesystem to report (repeatable; / by default)",
+        metavar="PATH",
+        help="a path whose filesystem to report, made absolute (repeatable; default: /)",
     )
-    rec.add_argument("--gpu-ids", type=_gpu_ids, help="NVIDIA GPUs to watch: indices or UUIDs")
+    rec.add_argument(
+        "--gpu-ids",
+        type=_gpu_ids,
+        metavar="IDS",
+        help="NVIDIA GPUs to watch: indices or UUIDs, comma-separated (default: all)",
+    )
     rec.add_argument(
         "--open-metrics",
         type=_endpoint,
@@ -82,7 +137,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         metavar="NAME=URL",
         help="an OpenMetrics endpoint to scrape (repeatable)",
     )
-    rec.add_argument("--prometheus-port", type=int, help="serve /metrics on 127.0.0.1 at this port")
+    rec.add_argument(
+        "--prometheus-port",
+        type=_port,
+        metavar="PORT",
+        help="serve /metrics on 127.0.0.1 at this port; 0 picks a free one (default: off)",
+    )
     rec.add_argument(
         "--live", action="store_true", help="print a compact line per interval to stderr"
     )
@@ -178,26 +238,28 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not command:
         parser.error("give the command to run, after --")
     options: dict[str, Any] = {}
-    if args.disk_paths is not None:
-        options["disk_paths"] = args.disk_paths
+    if args.disk_paths is not None:  # absolute: the path is part of the metric keys
+        options["disk_paths"] = [os.path.abspath(p) if p else p for p in args.disk_paths]
     if args.gpu_ids is not None:
         options["gpu_ids"] = args.gpu_ids
     if args.open_metrics is not None:
         options["open_metrics"] = dict(args.open_metrics)
     proxy = _Proxy()
-    exporter = None
     try:  # every option is checked before the command starts, with the monitor's messages
         SystemMonitor(args.interval, **options).stop()
-        os.close(os.open(args.output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
-        if args.prometheus_port is not None:
-            from sysmetrics.sinks.prometheus import PrometheusExporter
-
-            exporter = PrometheusExporter(proxy, args.prometheus_port, "127.0.0.1")
-            if args.prometheus_port == 0:  # a free port was picked: say which
-                url = f"http://127.0.0.1:{exporter.port}/metrics"
-                print(f"{parser.prog}: serving {url}", file=sys.stderr)
     except (TypeError, ValueError, ImportError, OSError) as exc:
         parser.error(str(exc))
+    # The exporter before the run file: no file is left behind when it cannot start.
+    exporter = _exporter(proxy, args.prometheus_port, parser)
+    try:
+        os.close(os.open(args.output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError as exc:
+        if exporter is not None:
+            exporter.close()
+        parser.error(str(exc))
+    if exporter is not None and args.prometheus_port == 0:  # a free port: say which
+        url = f"http://127.0.0.1:{exporter.port}/metrics"
+        print(f"{parser.prog}: serving {url}", file=sys.stderr)
     tmp = tempfile.mkdtemp(prefix="sysmetrics-")
     children: list[subprocess.Popen[bytes]] = []
 
@@ -223,8 +285,8 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except FileNotFoundError:
             print(f"{parser.prog}: {command[0]}: command not found", file=sys.stderr)
             return 127
-        except PermissionError:
-            print(f"{parser.prog}: {command[0]}: Permission denied", file=sys.stderr)
+        except OSError as exc:  # as a shell: not executable, no shebang (ENOEXEC), ...
+            print(f"{parser.prog}: {command[0]}: {exc.strerror or exc}", file=sys.stderr)
             return 126
         child = children[0]
         try:
@@ -240,6 +302,31 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if exporter is not None:
             exporter.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _exporter(
+    proxy: _Proxy, port: int | None, parser: argparse.ArgumentParser
+) -> PrometheusExporter | None:
+    """The ``--prometheus-port`` endpoint serving ``proxy``, or None without the option.
+
+    Exits with status 2 (``parser.error``) when it cannot start: the extra is missing,
+    or the port cannot be listened on.
+    """
+    if port is None:
+        return None
+    from sysmetrics.sinks.prometheus import PrometheusExporter
+
+    try:
+        return PrometheusExporter(proxy, port, "127.0.0.1")
+    except ImportError as exc:
+        parser.error(str(exc))
+    except OSError as exc:  # the exporter's message speaks the Python API's terms
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        hint = "use another port, or 0 for a free one" if exc.errno == errno.EADDRINUSE else ""
+        parser.error(
+            f"argument --prometheus-port: cannot listen on 127.0.0.1:{port}: {why}"
+            + (f" ({hint})" if hint else "")
+        )
 
 
 def _watch(
@@ -310,10 +397,44 @@ def _select_exited(pidfd: int) -> None:
         os.close(woken)
 
 
+@contextlib.contextmanager
+def _short_warnings() -> Iterator[None]:
+    """Show each :class:`SystemMetricsWarning` as one ``sysmetrics: warning: ...`` line.
+
+    Other warnings keep Python's format. The previous ``warnings.showwarning`` is put back
+    on the way out.
+    """
+    previous = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, SystemMetricsWarning):
+            previous(message, category, filename, lineno, file, line)
+            return
+        text = str(message)
+        if text.startswith(f"{PROG}: "):  # the library's messages name it already
+            text = text[len(PROG) + 2 :]
+        with contextlib.suppress(OSError, AttributeError):  # stderr gone, as Python's
+            print(f"{PROG}: warning: {text}", file=sys.stderr if file is None else file)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (``sys.argv[1:]`` by default); return the status."""
-    parser, subparsers = _parser()
-    args = parser.parse_args(argv)
-    if args.subcommand == "report":
-        return report.report_command(args, subparsers["report"])
-    return record(args, subparsers["record"])
+    with _short_warnings():
+        parser, subparsers = _parser()
+        args = parser.parse_args(argv)
+        if args.subcommand == "report":
+            return report.report_command(args, subparsers["report"])
+        return record(args, subparsers["record"])

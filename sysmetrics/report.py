@@ -79,16 +79,30 @@ def _group_order(group: str) -> tuple[int, int, str]:
 
 @dataclass(frozen=True)
 class Series:
-    """One thing to summarise and draw: ``values`` in ``unit``, one per sample (NaN: none)."""
+    """One thing to summarise and draw: ``values`` in ``unit``, one per sample (NaN: none).
+
+    For a counter ``values`` are its rates and ``total`` its increase over the run.
+    """
 
     group: str
     label: str
     unit: str
     values: np.ndarray[Any, Any]
+    total: Optional[float] = None  # a counter's increase over the run, in ``total_unit``
+
+    @property
+    def total_unit(self) -> str:
+        """The unit of ``total``: the rate's unit times seconds (W: J)."""
+        return "J" if self.unit == "W" else self.unit.removesuffix("/s")
 
 
-def _display(key: str) -> tuple[str, float, bool]:
-    """The unit ``key`` is shown in, the factor to it, and whether it is a counter's rate."""
+def _display(key: str, values: np.ndarray[Any, Any]) -> tuple[str, float, bool]:
+    """The unit ``key`` is shown in, the factor to it, and whether it is a counter's rate.
+
+    Memory in bytes or MiB is shown in GiB where it reaches 1 GiB, in MiB otherwise.
+    """
+    import numpy as np
+
     found = describe(key)
     if found is None:
         return "", 1.0, False
@@ -97,9 +111,14 @@ def _display(key: str) -> tuple[str, float, bool]:
         rates = {"J": ("W", 1.0), "MiB": ("MiB/s", 1.0), "bytes": ("MiB/s", 2.0**-20)}
         shown, factor = rates.get(unit, (f"{unit}/s", 1.0))
         return shown, factor, True
-    gauges = {"bytes": ("GiB", 2.0**-30), "MiB": ("GiB", 2.0**-10), "bytes/s": ("MiB/s", 2.0**-20)}
-    shown, factor = gauges.get(unit, (unit, 1.0))
-    return shown, factor, False
+    if unit in ("bytes", "MiB"):
+        to_mib = 2.0**-20 if unit == "bytes" else 1.0
+        known = values[~np.isnan(values)]
+        peak = float(np.abs(known).max()) * to_mib if known.size else 0.0
+        return ("GiB", to_mib / 1024, False) if peak >= 1024 else ("MiB", to_mib, False)
+    if unit == "bytes/s":
+        return "MiB/s", 2.0**-20, False
+    return unit, 1.0, False
 
 
 def _clock(run: Run) -> np.ndarray[Any, Any]:
@@ -113,12 +132,35 @@ def _clock(run: Run) -> np.ndarray[Any, Any]:
     return clock - known[0] if known.size else np.arange(len(run), dtype=float)
 
 
+GAP_INTERVALS = 10.0  # a gap this many median intervals long (and over GAP_S) ...
+GAP_S = 5.0  # ... or a clock that goes back starts a new recording
+
+
+def segments(seconds: np.ndarray[Any, Any]) -> list[int]:
+    """The first sample of each recording in a run file (several were appended to it).
+
+    A recording starts where the clock goes back (another boot) or after a gap longer
+    than ``GAP_INTERVALS`` median intervals and ``GAP_S`` seconds.
+    """
+    import numpy as np
+
+    dt = np.diff(seconds)
+    if not dt.size:
+        return [0]
+    known = dt[dt > 0]
+    median = float(np.median(known)) if known.size else 0.0
+    with np.errstate(invalid="ignore"):
+        breaks = (dt <= 0) | (dt > max(GAP_INTERVALS * median, GAP_S))
+    return [0, *(int(i) + 1 for i in np.flatnonzero(breaks))]
+
+
 def series(run: Run) -> list[Series]:
     """The run's keys as :class:`Series`, grouped, in reading order (see the module)."""
     import numpy as np
 
     seconds = _clock(run)
     dt = np.diff(seconds)
+    dt[[i - 1 for i in segments(seconds)[1:]]] = np.nan  # no rate across recordings
     out: list[Series] = []
     collapsed: dict[str, list[np.ndarray[Any, Any]]] = {}
     for key in sorted(run.columns):
@@ -130,13 +172,17 @@ def series(run: Run) -> list[Series]:
         if found is not None and found[0].key in _COLLAPSED:
             collapsed.setdefault(found[0].key, []).append(values)
             continue
-        unit, factor, rate = _display(key)
+        unit, factor, rate = _display(key, values)
+        total = None
         if rate:  # a counter: its increase over each interval, per second
             rise = np.diff(values)
             with np.errstate(invalid="ignore", divide="ignore"):
-                per_s = np.where((rise >= 0) & (dt > 0), rise / dt, np.nan)
+                ok = (rise >= 0) & (dt > 0)
+                per_s = np.where(ok, rise / dt, np.nan)
             values = np.concatenate(([np.nan], per_s))
-        out.append(Series(group_of(key), key, unit, values if factor == 1 else values * factor))
+            total = float(rise[ok].sum()) * factor
+        scaled = values if factor == 1 else values * factor
+        out.append(Series(group_of(key), key, unit, scaled, total))
     for family, columns in collapsed.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a sample with no core
@@ -149,7 +195,10 @@ def series(run: Run) -> list[Series]:
 
 @dataclass(frozen=True)
 class Row:
-    """One line of the summary table: mean, 95th percentile and peak, in ``unit``."""
+    """One line of the summary table: mean, 95th percentile and peak, in ``unit``.
+
+    ``total`` is a counter's increase over the run (the rates' integral), with its unit.
+    """
 
     group: str
     label: str
@@ -157,6 +206,7 @@ class Row:
     mean: float
     p95: float
     peak: float
+    total: str = ""  # a counter's increase over the run, with its unit: "200 MiB"
 
 
 def summary(all_series: Sequence[Series]) -> list[Row]:
@@ -168,7 +218,9 @@ def summary(all_series: Sequence[Series]) -> list[Row]:
         known = s.values[~np.isnan(s.values)]
         if known.size:
             p95 = float(np.percentile(known, 95))
-            rows.append(Row(s.group, s.label, s.unit, float(known.mean()), p95, float(known.max())))
+            total = "" if s.total is None else f"{_number(s.total)} {s.total_unit}"
+            mean, peak = float(known.mean()), float(known.max())
+            rows.append(Row(s.group, s.label, s.unit, mean, p95, peak, total))
     return rows[:MAX_ROWS]
 
 
@@ -179,6 +231,7 @@ class Axis:
     x: np.ndarray[Any, Any]
     label: str
     left_out: int  # samples not drawn (before the first step)
+    starts: tuple[int, ...] = (0,)  # the first sample of each recording (see segments())
 
 
 def axis(run: Run) -> Axis:
@@ -198,21 +251,23 @@ def axis(run: Run) -> Axis:
         if first.size >= 2 and np.all(np.diff(seconds[first]) > 0):
             x = np.interp(seconds, seconds[first], steps[first])
             x[: first[0]] = np.nan
-            return Axis(x, "step", int(first[0]))
+            return Axis(x, "step", int(first[0]), tuple(segments(seconds)))
     span = float(np.nanmax(seconds)) if len(seconds) else 0.0
     scale, unit = (3600.0, "h") if span > 7200 else (60.0, "min") if span > 120 else (1.0, "s")
-    return Axis(seconds / scale, f"elapsed time ({unit})", 0)
+    return Axis(seconds / scale, f"elapsed time ({unit})", 0, tuple(segments(seconds)))
 
 
-def _bins(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> tuple[Any, Any, Any, Any]:
-    """``x``, mean, min and max of ``y`` in at most ``MAX_POINTS`` bins of equal count."""
+def _bins(
+    x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], points: int = MAX_POINTS
+) -> tuple[Any, Any, Any, Any]:
+    """``x``, mean, min and max of ``y`` in at most ``points`` bins of equal count."""
     import numpy as np
 
     keep = ~np.isnan(x) & ~np.isnan(y)
     x, y = x[keep], y[keep]
-    if x.size <= MAX_POINTS:
+    if x.size <= points:
         return x, y, y, y
-    edges = np.linspace(0, x.size, MAX_POINTS + 1).astype(int)[:-1]
+    edges = np.linspace(0, x.size, points + 1).astype(int)[:-1]
     count = np.diff(np.append(edges, x.size))
     mean_x = np.add.reduceat(x, edges) / count
     return (
@@ -223,8 +278,27 @@ def _bins(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> tuple[Any, Any, A
     )
 
 
-def figure_png(group: str, members: Sequence[Series], ax: Axis) -> bytes:
-    """One figure for a group: a panel per unit, a line per series (binned: mean and range)."""
+def _drawn(ax: Axis, y: np.ndarray[Any, Any]) -> tuple[Any, Any, Any, Any]:
+    """:func:`_bins` of each recording, joined by NaN so that no line crosses a gap."""
+    import numpy as np
+
+    bounds = [*ax.starts, len(y)]
+    columns: list[list[Any]] = [[], [], [], []]
+    for a, b in zip(bounds, bounds[1:]):
+        points = max(1, MAX_POINTS * (b - a) // max(1, len(y)))
+        for column, part in zip(columns, _bins(ax.x[a:b], y[a:b], points)):
+            column += [part, np.array([np.nan])]
+    x, mean, low, high = (np.concatenate(column[:-1]) for column in columns)
+    return x, mean, low, high
+
+
+def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") -> bytes:
+    """One figure for a group: a panel per unit, a line per series (binned: mean and range).
+
+    ``name`` (the run file's) goes into the title.
+    """
+    import numpy as np
+
     figure_class = _optional.matplotlib_figure()
     units: dict[str, list[Series]] = {}
     for s in members:
@@ -234,19 +308,29 @@ def figure_png(group: str, members: Sequence[Series], ax: Axis) -> bytes:
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     for (unit, drawn), panel in zip(panels, axes):
         for s in drawn[:MAX_SERIES]:
-            x, mean, low, high = _bins(ax.x, s.values)
-            (line,) = panel.plot(x, mean, linewidth=1.2, label=_short(s.label, group))
+            x, mean, low, high = _drawn(ax, s.values)
+            few = int((~np.isnan(mean)).sum()) < 3  # a lone point is drawn as a dot
+            (line,) = panel.plot(
+                x, mean, linewidth=1.2, label=_short(s.label, group), marker="o" if few else None
+            )
             if low is not mean:
                 panel.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         panel.set_ylabel(unit or "value")
         panel.ticklabel_format(axis="y", useOffset=False, style="plain")
+        low_y, high_y = panel.get_ylim()
+        top = max(abs(low_y), abs(high_y))
+        if 0 < high_y - low_y < 0.02 * top:  # a flat line: do not blow its noise up
+            middle = (low_y + high_y) / 2
+            panel.set_ylim(middle - 0.01 * top, middle + 0.01 * top)
         panel.grid(alpha=0.3)
         more = len(drawn) - MAX_SERIES
         title = "" if more <= 0 else f"{more} more in the summary table"
         panel.legend(
             loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title=title or None
         )
-    axes[0].set_title(group)
+    if ax.label == "step":
+        axes[-1].xaxis.get_major_locator().set_params(integer=True)
+    axes[0].set_title(f"{group}: {name}" if name else group)
     axes[-1].set_xlabel(ax.label)
     out = io.BytesIO()
     fig.savefig(out, format="png")
@@ -261,17 +345,21 @@ def _short(label: str, group: str) -> str:
     return label
 
 
-def figures(run: Run, all_series: Optional[Sequence[Series]] = None) -> dict[str, bytes]:
+def figures(
+    run: Run, all_series: Optional[Sequence[Series]] = None, name: str = ""
+) -> dict[str, bytes]:
     """One PNG per group (at most ``MAX_FIGURES``), in reading order.
 
-    ``all_series`` is ``series(run)``, where the caller has it already.
+    ``all_series`` is ``series(run)``, where the caller has it already; ``name`` (the run
+    file's) goes into each title.
     """
     ax = axis(run)
     groups: dict[str, list[Series]] = {}
     for s in series(run) if all_series is None else all_series:
         if s.unit != "0/1" or s.group.startswith("GPU"):
             groups.setdefault(s.group, []).append(s)
-    return {g: figure_png(g, members, ax) for g, members in list(groups.items())[:MAX_FIGURES]}
+    chosen = list(groups.items())[:MAX_FIGURES]
+    return {g: figure_png(g, members, ax, name) for g, members in chosen}
 
 
 def _number(value: float) -> str:
@@ -328,13 +416,23 @@ def render(
 
     ``all_series`` is ``series(run)``, where the caller has it already.
     """
+    import numpy as np
+
     seconds = _clock(run)
-    duration = float(seconds[-1] - seconds[0]) if len(seconds) > 1 else 0.0
+    starts = segments(seconds)
+    bounds = [*starts, len(seconds)]
+    duration = sum(float(seconds[b - 1] - seconds[a]) for a, b in zip(bounds, bounds[1:]) if b > a)
+    dt = np.diff(seconds)
+    inside = np.delete(dt, [i - 1 for i in starts[1:]])
+    inside = inside[inside > 0]
     steps = [s for s in run.step if s is not None]
     start = next((t for t in run.time if t is not None), None)
-    facts = f"{len(run)} samples over {_duration(duration)}"
-    if len(run) > 1:
-        facts += f", one every {duration / (len(run) - 1):.3g} s"
+    facts = f"{len(run)} sample{'s' if len(run) != 1 else ''}"
+    if len(starts) > 1:
+        facts += f" in {len(starts)} recordings (the file was appended to)"
+    facts += f" over {_duration(duration)}"
+    if inside.size:
+        facts += f", one every {float(np.median(inside)):.3g} s"
     if steps:
         facts += f"; steps {min(steps)} to {max(steps)}"
     found = findings(run)
@@ -350,13 +448,11 @@ def render(
     else:
         parts.append("<p>Nothing held the run back by the rules' thresholds.</p>")
     parts.append("<h2>Summary</h2><table><tr><th>group</th><th>key</th><th>unit</th>")
-    parts.append("<th>mean</th><th>p95</th><th>peak</th></tr>")
+    parts.append("<th>mean</th><th>p95</th><th>peak</th><th>total</th></tr>")
     for row in summary(series(run) if all_series is None else all_series):
-        cells = (row.group, row.label, row.unit, _number(row.mean), _number(row.p95))
+        cells = (row.group, row.label, row.unit, *map(_number, (row.mean, row.p95, row.peak)))
         parts.append(
-            "<tr>"
-            + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
-            + f"<td>{html.escape(_number(row.peak))}</td></tr>"
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (*cells, row.total)) + "</tr>"
         )
     parts.append("</table><h2>Figures</h2>")
     left_out = axis(run).left_out
@@ -380,28 +476,34 @@ def write_report(
     """Read the run file at ``path``; write the page to ``output`` and the figures to ``png_dir``.
 
     Returns the paths written. Raises ``OSError`` where the run file cannot be read or an
-    output cannot be written, ``ValueError`` where the run file has no samples and
-    ``ImportError`` where matplotlib is missing.
+    output cannot be written, ``ValueError`` where the run file has no samples or no
+    metric values, or ``output`` is the run file itself, and ``ImportError`` where
+    matplotlib is missing.
     """
     if output is not None:  # fail before the drawing, not after
         folder = os.path.dirname(os.fspath(output)) or "."
         if not os.path.isdir(folder):
             raise FileNotFoundError(2, "No such directory", folder)
+        if os.path.realpath(output) == os.path.realpath(path):
+            raise ValueError(f"{os.fspath(output)} is the run file: give another -o")
     run = read_run(path)
     if len(run) == 0:
         raise ValueError(f"{os.fspath(path)} has no samples (no line is a run-file record)")
     all_series = series(run)
-    pngs = figures(run, all_series)
+    if not summary(all_series):
+        raise ValueError(f"{os.fspath(path)} has no metric values (no finite number)")
+    name = os.path.basename(os.fspath(path))
+    pngs = figures(run, all_series, name)
     written = []
     if png_dir is not None:
         os.makedirs(png_dir, exist_ok=True)
         for group, png in pngs.items():
-            name = os.path.join(png_dir, f"{_slug(group)}.png")
-            with open(name, "wb") as f:
+            target = os.path.join(png_dir, f"{_slug(group)}.png")
+            with open(target, "wb") as f:
                 f.write(png)
-            written.append(name)
+            written.append(target)
     if output is not None:
-        title = f"sysmetrics report: {os.path.basename(os.fspath(path))}"
+        title = f"sysmetrics report: {name}"
         with open(output, "w", encoding="utf-8") as f:
             f.write(render(run, title, pngs, all_series))
         written.append(os.fspath(output))

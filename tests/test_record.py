@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import pty
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -288,3 +291,145 @@ def test_step_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert path.read_bytes() == b"7".ljust(steps.WIDTH)
     assert steps._map is not None
     steps._map.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "message"),
+    [("echo hi\n", 0o755, "Exec format error"), ("#!/bin/sh\n", 0o644, "Permission denied")],
+    ids=["no-shebang", "not-executable"],
+)
+def test_a_command_that_cannot_be_executed_exits_126(
+    tmp_path: Path, text: str, mode: int, message: str
+) -> None:
+    script = tmp_path / "x.sh"  # no shebang: execve() fails with ENOEXEC
+    script.write_text(text)
+    script.chmod(mode)
+    proc = record("--output", str(tmp_path / "r.jsonl"), "--", str(script))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 126, err
+    assert err == f"sysmetrics record: {script}: {message}\n"
+
+
+def run_record(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``python -m sysmetrics ARGS`` run to its end, its output captured."""
+    cmd = [sys.executable, "-m", "sysmetrics", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, **kwargs)
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "x", "1.5"])
+def test_a_bad_prometheus_port_exits_2_without_a_run_file(tmp_path: Path, port: str) -> None:
+    run = tmp_path / "r.jsonl"
+    proc = run_record("record", "--output", str(run), "--prometheus-port", port, "--", "true")
+    assert not run.exists()
+    assert proc.returncode == 2
+    assert (
+        f"sysmetrics record: error: argument --prometheus-port: {port} is invalid: "
+        "use 0 to 65535 (0 picks a free port)\n"
+    ) in proc.stderr
+
+
+def test_a_busy_prometheus_port_exits_2_without_a_run_file(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    run, marker = tmp_path / "r.jsonl", tmp_path / "started"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run_record(
+            "record",
+            "--output",
+            str(run),
+            "--prometheus-port",
+            str(port),
+            "--",
+            sys.executable,
+            "-c",
+            f"open({str(marker)!r}, 'w')",
+        )
+    assert not run.exists()
+    assert not marker.exists()
+    assert proc.returncode == 2
+    assert (
+        f"sysmetrics record: error: argument --prometheus-port: cannot listen on "
+        f"127.0.0.1:{port}: Address already in use (use another port, or 0 for a free one)\n"
+    ) in proc.stderr
+
+
+def test_a_bad_interval_reads_well(tmp_path: Path) -> None:
+    proc = run_record("record", "--output", str(tmp_path / "r.jsonl"), "--interval", "abc")
+    assert proc.returncode == 2
+    assert (
+        "sysmetrics record: error: argument --interval: 'abc' is invalid: it must be a "
+        "number of seconds\n"
+    ) in proc.stderr
+
+
+def test_version() -> None:
+    proc = run_record("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"sysmetrics {importlib.metadata.version('sysmetrics')}\n"
+
+
+def test_help_shows_the_defaults() -> None:
+    proc = run_record("record", "--help")
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())  # as one line, wherever argparse wrapped it
+    assert "--output PATH the run file, created or appended to (default: sysmetrics-run." in text
+    assert "(default: 1.0)" in text
+    assert "(repeatable; default: /)" in text
+    assert "--prometheus-port PORT" in text
+    assert "None" not in text
+
+
+def test_disk_paths_are_made_absolute(tmp_path: Path) -> None:
+    run = tmp_path / "r.jsonl"
+    args = ["--output", str(run), "--interval", "0.1", "--disk-path", "."]
+    proc = record(*args, "--", sys.executable, "-c", "pass", cwd=tmp_path)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    keys = {key for sample in lines(run) for key in sample["metrics"]}
+    assert f"disk.{os.path.abspath(tmp_path)}.usageGB" in keys
+    assert "disk...usageGB" not in keys
+
+
+def test_system_metrics_warnings_are_one_line(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on: the scrape is refused
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
+    proc = run_record(
+        "record",
+        "--output",
+        str(tmp_path / "r.jsonl"),
+        "--interval",
+        "0.1",
+        "--open-metrics",
+        f"name={url}",
+        "--",
+        sys.executable,
+        "-c",
+        "import time; time.sleep(1)",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith(
+        f"sysmetrics: warning: OpenMetrics endpoint 'name' ({url}) failed, retrying every"
+    )
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_main_restores_the_warning_hook(
+    capsys: pytest.CaptureFixture[str], recwarn: pytest.WarningsRecorder
+) -> None:
+    from sysmetrics import cli
+
+    previous = warnings.showwarning
+    with pytest.raises(SystemExit):
+        cli.main(["record", "--interval", "abc"])
+    assert warnings.showwarning is previous
+    capsys.readouterr()
+    with cli._short_warnings():
+        warnings.warn("sysmetrics: short", sysmetrics.SystemMetricsWarning, stacklevel=1)
+        warnings.warn("left to Python", UserWarning, stacklevel=1)
+    assert warnings.showwarning is previous
+    assert capsys.readouterr().err == "sysmetrics: warning: short\n"
+    # The other warnings go to the hook that was there (here pytest's recorder).
+    assert [str(w.message) for w in recwarn] == ["left to Python"]

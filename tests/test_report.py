@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -69,25 +70,28 @@ def test_report_of_a_recorded_run(recorded: Path, tmp_path: Path) -> None:
     rows = table(page)
     # Ground truth: the child touched 300 MiB and spun a CPU; the rates of the disk.out
     # counter add up to the 50 MiB it wrote and synced (host-wide: at least that).
-    assert rows["proc.memory.rssMB"]["unit"] == "GiB"
-    assert rows["proc.memory.rssMB"]["peak"] >= 280 / 1024
+    assert rows["proc.memory.rssMB"]["unit"] == "MiB"  # under 1 GiB: MiB
+    assert rows["proc.memory.rssMB"]["peak"] >= 280
     assert rows["cpu"]["peak"] > 30
     assert rows["disk.out"]["unit"] == "MiB/s"
     samples = read_run(recorded)
     written = samples.columns["disk.out"][-1] - samples.columns["disk.out"][0]
     assert written >= 45, "the 50 MiB written are not in disk.out"
+    total = float(rows["disk.out"]["total"].removesuffix(" MiB").replace(",", ""))
+    assert total == pytest.approx(written, rel=0.01)  # the rates add up to the counter
     marked = [s for s in samples.step if s is not None]  # marked with sysmetrics.step
     assert len(set(marked)) >= 4
     assert f"steps {min(marked)} to {max(marked)}" in page
 
 
 def table(page: str) -> dict[str, dict[str, Any]]:
-    """The summary table's rows, by key: unit, mean, p95, peak (numbers)."""
+    """The summary table's rows, by key: unit, mean, p95, peak (numbers), total (text)."""
     rows = {}
-    for cells in re.findall(r"<tr>((?:<td>[^<]*</td>){6})</tr>", page):
-        group, key, unit, mean, p95, peak = re.findall(r"<td>([^<]*)</td>", cells)
+    for cells in re.findall(r"<tr>((?:<td>[^<]*</td>){7})</tr>", page):
+        group, key, unit, mean, p95, peak, total = re.findall(r"<td>([^<]*)</td>", cells)
         values = [float(v.replace(",", "")) for v in (mean, p95, peak)]
-        rows[key] = {"group": group, "unit": unit, **dict(zip(("mean", "p95", "peak"), values))}
+        numbers = dict(zip(("mean", "p95", "peak"), values))
+        rows[key] = {"group": group, "unit": unit, "total": total, **numbers}
     return rows
 
 
@@ -150,6 +154,9 @@ def test_counters_become_rates_and_units_read_well(tmp_path: Path) -> None:
         for r in report.summary(report.series(read_run(write_run(tmp_path / "r", samples))))
     }
     assert (rows["disk.in"].unit, rows["disk.in"].mean) == ("MiB/s", 200)
+    assert rows["disk.in"].total == "1,800 MiB"  # 9 intervals of 200 MiB
+    assert rows["network.recv"].total == "90 MiB"
+    assert rows["cpu.energyJoules"].total == "450 J"
     assert (rows["network.recv"].unit, rows["network.recv"].peak) == ("MiB/s", 10)
     assert (rows["cpu.energyJoules"].unit, rows["cpu.energyJoules"].mean) == ("W", 50)
     assert rows["cpu.energyJoules"].group == "Energy"
@@ -335,3 +342,52 @@ def test_steps_at_samples_without_a_clock_fall_back_to_time() -> None:
         run.add({"cpu": 1.0}, time=time, monotonic=None, step=step)
     run.pad()
     assert report.axis(run).label == "elapsed time (s)"
+
+
+def test_appended_recordings_are_told_apart(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with path.open("w") as f:  # two recordings at 0.5 s, 20 s apart, each from step 0
+        for n in range(20):
+            t = n * 0.5 + (20.0 if n >= 10 else 0.0)
+            metrics = {"cpu": 50.0, "disk.in": 100.0 * (n % 10)}  # a new monitor: from 0
+            f.write(json.dumps({"time": 1e9 + t, "monotonic": t, "step": n % 10,
+                                "metrics": metrics}) + "\n")  # fmt: skip
+    run = read_run(path)
+    page = report.render(run, "t", {})
+    assert "20 samples in 2 recordings (the file was appended to) over 9.0 s" in page
+    assert "one every 0.5 s" in page
+    (disk,) = [s for s in report.series(run) if s.label == "disk.in"]
+    assert sorted(set(disk.values[~np.isnan(disk.values)])) == [200.0]  # none across the gap
+    ax = report.axis(run)
+    assert ax.label == "elapsed time (s)" and ax.starts == (0, 10)
+    x, *_ = report._drawn(ax, disk.values)
+    assert np.isnan(x).sum() == 1  # one break: no line across the 20 s gap
+    assert (x[8], x[10]) == (4.5, 25.5) and np.isnan(x[9])
+
+
+def test_memory_unit_follows_its_size(tmp_path: Path) -> None:
+    samples = [{"proc.memory.rssMB": 300.0, "proc.memory.availableMB": 20_000.0}] * 3
+    rows = {
+        r.label: r
+        for r in report.summary(report.series(read_run(write_run(tmp_path / "r", samples))))
+    }
+    assert (rows["proc.memory.rssMB"].unit, rows["proc.memory.rssMB"].peak) == ("MiB", 300)
+    assert rows["proc.memory.availableMB"].unit == "GiB"
+
+
+def test_report_never_overwrites_the_run_file(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run.jsonl", [{"cpu": 1.0}, {"cpu": 2.0}])
+    before = run.read_bytes()
+    done = cli("report", str(run), "-o", str(run))
+    assert done.returncode == 1
+    assert "is the run file: give another -o" in done.stderr
+    assert run.read_bytes() == before
+    html_named = write_run(tmp_path / "run.html", [{"cpu": 1.0}])  # default -o: itself
+    assert cli("report", str(html_named)).returncode == 1
+
+
+def test_no_metric_values_is_an_error(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run.jsonl", [{"cpu": "high"}])
+    done = cli("report", str(run))
+    assert done.returncode == 1
+    assert "has no metric values" in done.stderr
