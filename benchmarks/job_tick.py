@@ -132,7 +132,7 @@ def collector(source: ProcfsSource, roots: list[int], mode: str) -> Callable[[],
     job = Job(roots[0])
     job.watch(roots)
     c = ProcessCollector(source, roots[0], job=job)
-    c.pss_interval_s = math.inf  # PSS is measured on its own below
+    c.pss_interval_s = c.pss_first_interval_s = math.inf  # PSS is measured on its own below
     c.rediscover_min_s = 0.0  # check for births at every tick, as at a 1 s interval
     if mode == "every":
         c.rediscover_max_s = 0.0

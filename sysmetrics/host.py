@@ -35,6 +35,8 @@ class ProcStat:
         start_time: when the process started, seconds on the source's :meth:`clock
             <HostSource.clock>` (Linux: since boot, exact to the clock tick).
         ppid: the parent's process id (0: unknown).
+        zombie: the process has ended and its parent has not reaped it yet: its CPU
+            times are final; it holds no memory and its thread count means nothing.
 
     """
 
@@ -44,6 +46,7 @@ class ProcStat:
     rss_bytes: int
     start_time: float
     ppid: int = 0
+    zombie: bool = False
 
 
 class HostSource(Protocol):
@@ -302,7 +305,7 @@ class ProcfsSource:
         return _statvfs_usage(path)
 
     def process(self, pid: int) -> ProcStat | None:
-        """Parse ``/proc/<pid>/stat`` (one read gives CPU, threads, RSS and start time)."""
+        """Parse ``/proc/<pid>/stat`` (one read gives state, CPU, threads, RSS, start time)."""
         try:
             text = _read_record(f"{self.root}/{pid}/stat")
         except (FileNotFoundError, ProcessLookupError):
@@ -317,6 +320,7 @@ class ProcfsSource:
             rss_bytes=int(f[21]) * self._page,
             start_time=int(f[19]) / tick,  # clock ticks since boot
             ppid=int(f[1]),
+            zombie=f[0] == "Z",
         )
 
     def children(self, pid: int) -> list[int]:
@@ -450,6 +454,7 @@ class PsutilSource:
                     rss_bytes=proc.memory_info().rss,
                     start_time=self._start_time(proc.create_time()),
                     ppid=proc.ppid(),
+                    zombie=proc.status() == ps.STATUS_ZOMBIE,
                 )
         except (ps.NoSuchProcess, ps.ZombieProcess):
             self._procs.pop(pid, None)

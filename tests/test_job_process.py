@@ -68,12 +68,15 @@ def spin_until(child: subprocess.Popen[bytes], seconds: float) -> None:
 def counted_seconds(collector: ProcessCollector, run: Iterator[None]) -> float:
     """CPU seconds the collector reports over the samples ``run`` asks for (one per yield).
 
-    Each sample's percent times the time since the previous one, in available CPUs.
+    Each sample's percent times the time since the previous one, in available CPUs; a
+    sample without ``cpu`` (too short a window) leaves its time to the next one.
     """
     cpus = collector.available_cpus
     total, last = 0.0, time.monotonic()
     for _ in run:
         snap = collector.sample()
+        if "cpu" not in snap:
+            continue
         now = time.monotonic()
         total += snap["cpu"] / 100.0 * cpus * (now - last)
         last = now
@@ -101,6 +104,9 @@ def percent(seconds: float, elapsed: float, cpus: float) -> float:
 
 def test_a_sibling_counts_only_once_watched(source: HostSource) -> None:
     with python_child(IDLE) as a, python_child(SPIN) as b:
+        # b born ticks before the first walk: a new root born at or after the clock tick
+        # read before the previous walk counts whole (it may be a birth that walk missed).
+        time.sleep(0.05)
         job = Job(a.pid)
         collector = ProcessCollector(source, a.pid, job=job)
         collector.sample()
@@ -186,6 +192,7 @@ def test_a_process_born_between_walks_counts_from_its_birth(source: HostSource) 
             spin_until(child, 1.0)
             yield  # not walked either
             collector.rediscover_max_s = 0.0  # the next sample walks and finds it
+            time.sleep(0.05)  # a window of a few ticks: one within a tick has no ``cpu``
             yield
             truth = PsutilSource().process(child.pid)
             assert truth is not None
@@ -406,3 +413,121 @@ def test_pss_is_repeated_between_readings_and_dropped_when_stale() -> None:
     collector._pss_reading = threading.Thread(target=lambda: None)
     collector._pss_time -= 3 * collector._pss_period
     assert "proc.memory.pssMB" not in collector.sample()
+
+
+# --- windows too short, finished roots, memory that grows at start ----------------------
+
+
+def test_cpu_is_left_out_of_a_window_shorter_than_a_clock_tick(source: HostSource) -> None:
+    """Regression: a sample ~1 ms after the previous one (the last sample at ``stop()``)
+    read 0 or 133 % (CPU times move in 10 ms ticks); it now has no ``cpu``, and the next
+    sample measures over the whole window since the previous one with ``cpu``."""
+    one_cpu = 100.0 / available_cpus()  # one CPU busy, in percent of the job's
+    with python_child(SPIN) as child:
+        collector = ProcessCollector(source, child.pid)
+        spin_until(child, 0.2)
+        collector.sample()
+        for _ in range(5):  # two samples well within one tick, on a noisy machine
+            time.sleep(0.3)
+            first = collector.sample()
+            t0 = time.monotonic()
+            second = collector.sample()
+            if time.monotonic() - t0 < 0.005:  # half a clock tick
+                break
+        else:
+            pytest.fail("no two samples within half a clock tick")
+        time.sleep(0.3)
+        third = collector.sample()
+    assert 0.6 * one_cpu < first["cpu"] < 1.4 * one_cpu + 5, first
+    assert "cpu" not in second, second
+    assert second["proc.cpu.threads"] == 1 and second["proc.memory.rssMB"] > 1, second
+    assert 0.6 * one_cpu < third["cpu"] < 1.4 * one_cpu + 5, third
+
+
+SPIN_THEN_EXIT = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.3: pass"
+
+
+def wait_unreaped(pid: int) -> None:
+    """Wait for ``pid`` to exit, leaving it a zombie (as ``sysmetrics record`` does)."""
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+
+
+@pytest.mark.skipif(not hasattr(os, "waitid"), reason="needs waitid")
+def test_a_finished_root_left_unreaped_reports_no_memory(source: HostSource) -> None:
+    """Regression: the last sample after the command exited read its zombie (RSS 0, one
+    thread) as the job's memory; the memory and thread keys are now left out, and the
+    zombie's final CPU times still count."""
+    child = subprocess.Popen([sys.executable, "-c", SPIN_THEN_EXIT])
+    try:
+        collector = ProcessCollector(source, child.pid)
+        t0 = time.monotonic()
+        collector.sample()  # the child's CPU since it started
+        time.sleep(0.1)
+        before = collector.sample()
+        t1 = time.monotonic()
+        wait_unreaped(child.pid)
+        time.sleep(0.05)
+        after = collector.sample()
+        t2 = time.monotonic()
+        _, _, usage = os.wait4(child.pid, 0)  # reaped: its whole CPU time
+    finally:
+        child.wait()
+    cpus = collector.available_cpus
+    assert before["proc.memory.rssMB"] > 1 and before["proc.cpu.threads"] >= 1, before
+    gone = {"proc.memory.rssMB", "proc.memory.pssMB", "proc.memory.percent", "proc.cpu.threads"}
+    assert not gone & set(after) and "cpu" in after, after
+    counted = (before["cpu"] * (t1 - t0) + after["cpu"] * (t2 - t1)) / 100.0 * cpus
+    truth = usage.ru_utime + usage.ru_stime
+    assert truth > 0.25
+    # Not in the sum: the CPU before the first sample (the interpreter's start, ~0.05 s).
+    assert 0.75 * truth - 0.1 < counted < 1.3 * truth, (counted, truth)
+
+
+@pytest.mark.skipif(not hasattr(os, "waitid"), reason="needs waitid")
+def test_a_zombie_root_beside_a_live_one_counts_no_threads_or_memory(source: HostSource) -> None:
+    """A rank that exited unreaped (its launcher reaps it later) adds no thread."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        with python_child(IDLE) as live:
+            job = Job(live.pid)
+            job.watch([child.pid])
+            collector = ProcessCollector(source, live.pid, job=job)
+            wait_unreaped(child.pid)
+            snap = collector.sample()
+            alone = ProcessCollector(source, live.pid).sample()
+    finally:
+        child.wait()
+    assert snap["proc.cpu.threads"] == 1, snap
+    assert snap["proc.memory.rssMB"] == pytest.approx(alone["proc.memory.rssMB"], rel=0.1)
+
+
+GROWS_AT_START = """
+import time
+time.sleep(0.3)
+n = 300 << 20
+buf = bytearray(n)
+buf[::4096] = b"\\x01" * (n // 4096)  # every page touched: resident
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not LINUX, reason="PSS is Linux only")
+def test_pss_follows_memory_grown_right_after_start(source: HostSource) -> None:
+    """Regression: PSS was read at the first sample, then every 10 s, so a command that
+    allocates right after it starts showed a few MiB of PSS beside GiBs of RSS for 10 s.
+    The first readings now come quickly (the period doubles up to ``pss_interval_s``)."""
+    grown = pss = None
+    with python_child(GROWS_AT_START) as child:
+        collector = ProcessCollector(source, child.pid)
+        start = time.monotonic()
+        while time.monotonic() - start < 4.0:
+            snap = collector.sample()
+            now = time.monotonic()
+            if grown is None and snap["proc.memory.rssMB"] >= 280:
+                grown = now
+            if snap.get("proc.memory.pssMB", 0.0) >= 250:
+                pss = now
+                break
+            time.sleep(0.2)
+    assert grown is not None, "the child never grew"
+    assert pss is not None and pss - grown <= 3.0, (grown - start, pss and pss - start)

@@ -54,7 +54,10 @@ class ProcessCollector(BaseCollector):
       to it (the union of the roots' affinity masks, read at each walk, capped by the cgroup
       CPU quota), so a job keeping every available CPU busy reads 100. The first sample is
       the average since the earliest root started. Children that ended and were reaped
-      inside the tree are counted up to their end.
+      inside the tree are counted up to their end, and a root that ended but is not reaped
+      yet (a zombie) with its final CPU time. Process CPU times move in clock ticks
+      (10 ms), so a window shorter than ``min_cpu_window_s`` (one tick) would read 0 or
+      far too much: such a sample has no ``cpu``, and the next one covers both windows.
     - ``proc.cpu.threads``: threads of the job (count).
     - ``proc.memory.rssMB``: resident set size of the job, MiB (with ``.max``). Pages shared
       by forked workers count once per process, as ``ps`` shows them.
@@ -63,11 +66,17 @@ class ProcessCollector(BaseCollector):
       count once in all. Linux only (``smaps_rollup``), left out where a process of the job
       cannot be read (another user's). The kernel walks every mapped page to answer (up to
       tens of ms per GiB, per process mapping it), so it is read on a thread of its own:
-      every ``pss_interval_s``, or every 100 readings' durations when longer (at most 1 %
-      of a core), and at once when the roots change. Each sample reports the latest
-      reading, left out once older than two of those periods.
+      at once at the first sample and when the roots change, then ``pss_first_interval_s``
+      later, the period doubling after each reading up to ``pss_interval_s`` (readings at
+      about 0, 1, 3, 7, 15, 25 s ...: memory grown at start shows within seconds), and
+      never sooner than 100 times the latest reading's duration (at most 1 % of a core).
+      Each sample reports the latest reading, left out once older than two periods.
     - ``proc.memory.percent``: the RSS as a percent of system memory, or of the cgroup
       memory limit when that is lower.
+
+    Zombies (processes that ended, not reaped yet) hold no memory: they add nothing to the
+    threads and memory keys, and a sample where every root is one (the command of
+    ``sysmetrics record`` that exited, kept for its final CPU time) has ``cpu`` only.
 
     Descendants are found by following ``/proc/<pid>/task/<tid>/children`` from the roots
     (psutil elsewhere), so the cost grows with the tree, not with the machine's process
@@ -102,7 +111,11 @@ class ProcessCollector(BaseCollector):
         rediscover_min_s: seconds at least between two walks, roots changes aside.
         rediscover_max_s: seconds at most between two walks (0: walk at every sample).
         rediscover_ticks: samples between two walks where no PID counter is known.
-        pss_interval_s: seconds between two readings of the proportional set size.
+        min_cpu_window_s: seconds at least that ``cpu`` is measured over (one clock tick).
+        pss_first_interval_s: seconds from the first PSS reading (or the first after the
+            roots changed) to the next; the period doubles after each reading.
+        pss_interval_s: seconds at most between two readings of the proportional set size
+            (the 1 %-of-a-core cap aside).
 
     """
 
@@ -116,9 +129,16 @@ class ProcessCollector(BaseCollector):
     rediscover_min_s = 0.5
     rediscover_max_s = 60.0
     rediscover_ticks = 10
-    # Memory grows over minutes; a 10 s period shows it soon enough. A reading that takes
-    # longer than 0.1 s spaces them further (a 4 GiB rank with 8 forked workers took 0.6 s
-    # in benchmarks/job_tick.py: a reading a minute).
+    # Process CPU times have clock-tick resolution (USER_HZ = 100 on Linux): over a
+    # shorter window they move by 0 or a whole tick, which reads 0 or 133 % of a 2-CPU
+    # box over 3.75 ms. No more than a tick: samples 0.02 s apart must all have ``cpu``.
+    min_cpu_window_s = 0.01
+    # Memory grows over minutes once training runs; a 10 s period shows it soon enough.
+    # It grows fastest right after start (model, optimizer state, workers), hence the
+    # quick first readings. A reading that takes longer than 0.1 s spaces them further (a
+    # 4 GiB rank with 8 forked workers took 0.6 s in benchmarks/job_tick.py: a reading a
+    # minute).
+    pss_first_interval_s = 1.0
     pss_interval_s = 10.0
     pss_first_wait_s = 0.2  # the first sample waits this long for the first reading
 
@@ -140,7 +160,10 @@ class ProcessCollector(BaseCollector):
         # pid -> (stat, parent pid) at the previous sample; its keys are the processes the
         # samples between two walks read.
         self._prev: dict[int, tuple[ProcStat, int]] = {}
-        self._prev_time = 0.0  # time.monotonic() of the previous sample's counter reads
+        # time.monotonic() when the window of the next ``cpu`` began: the previous sample's
+        # counter reads, or an earlier one's where samples since had too short a window.
+        self._prev_time = 0.0
+        self._cpu_pending = 0.0  # CPU seconds used since then (counted at those samples)
         self._walked: tuple[int, ...] = ()  # the roots of the latest walk
         self._walk_time = 0.0  # time.monotonic() of the latest walk
         self._walk_clock = 0.0  # source.clock() before the latest walk
@@ -155,6 +178,8 @@ class ProcessCollector(BaseCollector):
         self._pss_roots: tuple[int, ...] = ()  # the roots it covered
         self._pss_asked: tuple[int, ...] = ()  # the roots of the latest reading begun
         self._pss_period = self.pss_interval_s  # seconds between two readings
+        # The period after the next reading, before its caps (None: pss_first_interval_s).
+        self._pss_ramp: float | None = None
         self._pss_logged = False
 
     @property
@@ -188,6 +213,9 @@ class ProcessCollector(BaseCollector):
 
     def sample(self) -> dict[str, float]:
         """CPU percent, threads, RSS, PSS and memory percent of the job.
+
+        ``cpu`` is left out where the window since the previous sample is too short
+        (``min_cpu_window_s``), the others where every root is a zombie.
 
         Raises:
             ProcessLookupError: every root has ended.
@@ -229,18 +257,28 @@ class ProcessCollector(BaseCollector):
         if walk:
             self._walked, self._walk_time, self._walk_clock = roots, start, clock
             self._walk_pid, self._moved, self._ticks, self._cpus = last_pid, False, 0, cpus
-        cpu = self._cpu_seconds(stats, born_after)
+        # CPU since the previous sample, plus what samples with too short a window left.
+        cpu = self._cpu_seconds(stats, born_after) + self._cpu_pending
         # The first sample is the average since the earliest root started.
-        elapsed = mono - self._prev_time if self._prev else now - min(alive)
-        self._prev, self._prev_time = stats, mono
+        first = not self._prev
+        elapsed = now - min(alive) if first else mono - self._prev_time
+        self._prev = stats
+        out: dict[str, float] = {}
+        if elapsed > 0 and elapsed >= self.min_cpu_window_s - _SAME:
+            out["cpu"] = cpu / elapsed / self._cpus * 100.0
+            self._prev_time, self._cpu_pending = mono, 0.0
+        else:  # within a clock tick: the next sample measures from the same start
+            if first:  # from the earliest root's start, on this clock
+                self._prev_time = mono - max(0.0, elapsed)
+            self._cpu_pending = cpu
 
-        rss = sum(st.rss_bytes for st, _ in stats.values())
-        out = {
-            "cpu": cpu / elapsed / self._cpus * 100.0 if elapsed > 0 else 0.0,
-            "proc.cpu.threads": float(sum(st.threads for st, _ in stats.values())),
-            "proc.memory.rssMB": rss / MiB,
-            "proc.memory.percent": rss / self.memory_total * 100.0,
-        }
+        if all(stats[r][0].zombie for r in roots if r in stats):
+            return out  # the job has ended: no memory, no threads to show
+        live = [st for st, _ in stats.values() if not st.zombie]
+        rss = sum(st.rss_bytes for st in live)
+        out["proc.cpu.threads"] = float(sum(st.threads for st in live))
+        out["proc.memory.rssMB"] = rss / MiB
+        out["proc.memory.percent"] = rss / self.memory_total * 100.0
         pss = self._pss_bytes(roots, stats, mono)
         if pss is not None:
             out["proc.memory.pssMB"] = pss / MiB
@@ -256,10 +294,13 @@ class ProcessCollector(BaseCollector):
             if reading is None and (
                 now - self._pss_time >= self._pss_period or roots != self._pss_asked
             ):
+                if roots != self._pss_asked:
+                    self._pss_ramp = None  # new roots: quick readings again
                 self._pss_asked = roots
+                pids = tuple(pid for pid, (st, _) in stats.items() if not st.zombie)
                 reading = self._pss_reading = threading.Thread(
                     target=self._read_pss,
-                    args=(roots, tuple(stats), now),
+                    args=(roots, pids, now),
                     name="sysmetrics-pss",
                     daemon=True,
                 )
@@ -294,7 +335,9 @@ class ProcessCollector(BaseCollector):
             took = time.monotonic() - began
             with self._pss_lock:
                 self._pss, self._pss_time, self._pss_roots = total, began, roots
-                self._pss_period = max(self.pss_interval_s, 100.0 * took)
+                ramp = self.pss_first_interval_s if self._pss_ramp is None else self._pss_ramp
+                self._pss_ramp = min(2.0 * ramp, self.pss_interval_s)
+                self._pss_period = max(min(ramp, self.pss_interval_s), 100.0 * took)
                 self._pss_reading = None
 
     def _own(self, st: ProcStat) -> float:
