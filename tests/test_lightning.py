@@ -172,7 +172,9 @@ def test_run_file_beside_the_logs_on_the_logged_step_axis(tmp_path: Path) -> Non
     fit(tmp_path, SystemMetricsCallback(interval=0.02, run_file=True), model=model)
     lines = run_file_lines(tmp_path / "csv/version_0/system_metrics.jsonl")  # trainer.log_dir
     steps = [x["step"] for x in lines]
-    assert len(lines) > 10 and all("cpu" in x["metrics"] for x in lines)
+    # The last sample, taken as the monitor stops, may be too close to the one before
+    # for a cpu reading (under 5 ms); every other has it.
+    assert len(lines) > 10 and all("cpu" in x["metrics"] for x in lines[:-1])
     # 16 steps logged at 0..15: samples carry the step being trained (None before the first).
     assert {s for s in steps if s is not None} <= set(range(16))
     assert len({s for s in steps if s is not None}) >= 8

@@ -56,7 +56,7 @@ class ProcessCollector(BaseCollector):
       the average since the earliest root started. Children that ended and were reaped
       inside the tree are counted up to their end, and a root that ended but is not reaped
       yet (a zombie) with its final CPU time. Process CPU times move in clock ticks
-      (10 ms), so a window shorter than ``min_cpu_window_s`` (one tick) would read 0 or
+      (10 ms), so a window shorter than ``min_cpu_window_s`` (half a tick) would read 0 or
       far too much: such a sample has no ``cpu``, and the next one covers both windows.
     - ``proc.cpu.threads``: threads of the job (count).
     - ``proc.memory.rssMB``: resident set size of the job, MiB (with ``.max``). Pages shared
@@ -111,7 +111,7 @@ class ProcessCollector(BaseCollector):
         rediscover_min_s: seconds at least between two walks, roots changes aside.
         rediscover_max_s: seconds at most between two walks (0: walk at every sample).
         rediscover_ticks: samples between two walks where no PID counter is known.
-        min_cpu_window_s: seconds at least that ``cpu`` is measured over (one clock tick).
+        min_cpu_window_s: seconds at least that ``cpu`` is measured over (half a clock tick).
         pss_first_interval_s: seconds from the first PSS reading (or the first after the
             roots changed) to the next; the period doubles after each reading.
         pss_interval_s: seconds at most between two readings of the proportional set size
@@ -130,9 +130,10 @@ class ProcessCollector(BaseCollector):
     rediscover_max_s = 60.0
     rediscover_ticks = 10
     # Process CPU times have clock-tick resolution (USER_HZ = 100 on Linux): over a
-    # shorter window they move by 0 or a whole tick, which reads 0 or 133 % of a 2-CPU
-    # box over 3.75 ms. No more than a tick: samples 0.02 s apart must all have ``cpu``.
-    min_cpu_window_s = 0.01
+    # window much shorter than a tick they move by 0 or a whole tick, which reads 0 or
+    # 133 % of a 2-CPU box over 3.75 ms. Half a tick, not a whole one: at the shortest
+    # interval (0.01 s) windows jitter just under a tick, and every one must keep ``cpu``.
+    min_cpu_window_s = 0.005
     # Memory grows over minutes once training runs; a 10 s period shows it soon enough.
     # It grows fastest right after start (model, optimizer state, workers), hence the
     # quick first readings. A reading that takes longer than 0.1 s spaces them further (a
