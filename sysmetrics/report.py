@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 MAX_POINTS = 1500  # points drawn per series at most: longer runs are drawn as bins
 MAX_SERIES = 8  # series drawn per panel at most (the rest are in the table)
-MAX_PANELS = 6  # panels (one per unit) per figure at most
+MAX_PANELS = 8  # panels (one per unit) per figure at most
 MAX_FIGURES = 24  # figures per report at most
 MAX_ROWS = 500  # summary table rows at most
 
@@ -54,6 +54,10 @@ _NAMES = {
     "openmetrics": "OpenMetrics",
 }
 _ORDER = ("CPU", "Memory", "GPU", "Disk", "Network", "Energy")
+# Panels in this order of units (utilization first), the others after; error-counter
+# rates (count/s) are left to the table, with their totals.
+_PANELS = ("%", "GiB", "MiB", "°C", "W", "MHz", "MiB/s", "0/1")
+_NOT_DRAWN = ("count/s",)
 
 
 def group_of(key: str) -> str:
@@ -292,6 +296,15 @@ def _drawn(ax: Axis, y: np.ndarray[Any, Any]) -> tuple[Any, Any, Any, Any]:
     return x, mean, low, high
 
 
+def _panels(members: Sequence[Series]) -> list[tuple[str, list[Series]]]:
+    """The series of a figure by unit, in ``_PANELS`` order, at most ``MAX_PANELS``."""
+    units: dict[str, list[Series]] = {}
+    for s in members:
+        units.setdefault(s.unit, []).append(s)
+    order = {unit: n for n, unit in enumerate(_PANELS)}
+    return sorted(units.items(), key=lambda item: order.get(item[0], len(order)))[:MAX_PANELS]
+
+
 def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") -> bytes:
     """One figure for a group: a panel per unit, a line per series (binned: mean and range).
 
@@ -300,10 +313,7 @@ def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") 
     import numpy as np
 
     figure_class = _optional.matplotlib_figure()
-    units: dict[str, list[Series]] = {}
-    for s in members:
-        units.setdefault(s.unit, []).append(s)
-    panels = list(units.items())[:MAX_PANELS]
+    panels = _panels(members)
     fig = figure_class(figsize=(10, 0.6 + 2.0 * len(panels)), layout="constrained", dpi=100)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     for (unit, drawn), panel in zip(panels, axes):
@@ -319,7 +329,9 @@ def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") 
         panel.ticklabel_format(axis="y", useOffset=False, style="plain")
         low_y, high_y = panel.get_ylim()
         top = max(abs(low_y), abs(high_y))
-        if 0 < high_y - low_y < 0.02 * top:  # a flat line: do not blow its noise up
+        if unit == "0/1":  # throttle flags: the whole range, off to on
+            panel.set_ylim(-0.05, 1.05)
+        elif 0 < high_y - low_y < 0.02 * top:  # a flat line: do not blow its noise up
             middle = (low_y + high_y) / 2
             panel.set_ylim(middle - 0.01 * top, middle + 0.01 * top)
         panel.grid(alpha=0.3)
@@ -356,7 +368,7 @@ def figures(
     ax = axis(run)
     groups: dict[str, list[Series]] = {}
     for s in series(run) if all_series is None else all_series:
-        if s.unit != "0/1" or s.group.startswith("GPU"):
+        if s.unit not in _NOT_DRAWN and (s.unit != "0/1" or s.group.startswith("GPU")):
             groups.setdefault(s.group, []).append(s)
     chosen = list(groups.items())[:MAX_FIGURES]
     return {g: figure_png(g, members, ax, name) for g, members in chosen}

@@ -391,3 +391,22 @@ def test_no_metric_values_is_an_error(tmp_path: Path) -> None:
     done = cli("report", str(run))
     assert done.returncode == 1
     assert "has no metric values" in done.stderr
+
+
+def test_gpu_figure_puts_utilization_first_and_keeps_temperature(tmp_path: Path) -> None:
+    keys = {"correctedMemoryErrors": 0.0, "pcieRxBytes": 1e9, "gpu": 80.0, "temp": 70.0,
+            "powerWatts": 300.0, "smClock": 1700.0, "memoryAllocatedBytes": 5e10,
+            "throttle.thermal": 0.0}  # fmt: skip
+    samples = [{f"gpu.0.{k}": v for k, v in keys.items()} for _ in range(5)]
+    run = read_run(write_run(tmp_path / "r", samples))
+    drawn = [s for s in report.series(run) if s.unit != "count/s"]  # as figures() does
+    units = [unit for unit, _ in report._panels(drawn)]
+    assert units == ["%", "GiB", "°C", "W", "MHz", "MiB/s", "0/1"]
+    assert report.figures(run)["GPU 0"][:4] == b"\x89PNG"
+
+
+def test_a_group_of_error_counters_only_has_no_figure(tmp_path: Path) -> None:
+    samples = [{"gpu.0.correctedMemoryErrors": float(n)} for n in range(5)]
+    run = read_run(write_run(tmp_path / "r", samples))
+    assert report.figures(run) == {}
+    assert report.summary(report.series(run))[0].total == "4 count"
