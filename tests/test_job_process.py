@@ -418,6 +418,22 @@ def test_pss_is_repeated_between_readings_and_dropped_when_stale() -> None:
 # --- windows too short, finished roots, memory that grows at start ----------------------
 
 
+def test_no_cpu_in_a_first_sample_a_few_ms_after_the_start(source: HostSource) -> None:
+    """Regression: a command sampled ~20 ms after it started read ``cpu`` 0.0 (its start
+    time is known to the 10 ms tick, its CPU time to the tick too); the first sample now
+    needs 50 ms since the start, and the next one covers the whole time."""
+    one_cpu = 100.0 / available_cpus()
+    with python_child(SPIN) as child:
+        time.sleep(0.02)
+        collector = ProcessCollector(source, child.pid)
+        first = collector.sample()
+        time.sleep(0.5)
+        second = collector.sample()
+    assert "cpu" not in first and first["proc.cpu.threads"] >= 1, first
+    # The interpreter starts, then spins: most of the 0.5 s on one CPU.
+    assert 0.5 * one_cpu < second["cpu"] < 1.4 * one_cpu + 5, second
+
+
 def test_cpu_is_left_out_of_a_window_shorter_than_a_clock_tick(source: HostSource) -> None:
     """Regression: a sample ~1 ms after the previous one (the last sample at ``stop()``)
     read 0 or 133 % (CPU times move in 10 ms ticks); it now has no ``cpu``, and the next

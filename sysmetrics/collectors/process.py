@@ -56,8 +56,9 @@ class ProcessCollector(BaseCollector):
       the average since the earliest root started. Children that ended and were reaped
       inside the tree are counted up to their end, and a root that ended but is not reaped
       yet (a zombie) with its final CPU time. Process CPU times move in clock ticks
-      (10 ms), so a window shorter than ``min_cpu_window_s`` (half a tick) would read 0 or
-      far too much: such a sample has no ``cpu``, and the next one covers both windows.
+      (10 ms), so a window shorter than ``min_cpu_window_s`` (half a tick; the first,
+      from the earliest root's start, ``first_cpu_window_s``) would read 0 or far too
+      much: such a sample has no ``cpu``, and the next one covers both windows.
     - ``proc.cpu.threads``: threads of the job (count).
     - ``proc.memory.rssMB``: resident set size of the job, MiB (with ``.max``). Pages shared
       by forked workers count once per process, as ``ps`` shows them.
@@ -112,6 +113,8 @@ class ProcessCollector(BaseCollector):
         rediscover_max_s: seconds at most between two walks (0: walk at every sample).
         rediscover_ticks: samples between two walks where no PID counter is known.
         min_cpu_window_s: seconds at least that ``cpu`` is measured over (half a clock tick).
+        first_cpu_window_s: the same for the first sample, measured from the earliest
+            root's start (five ticks: that start is known to the tick).
         pss_first_interval_s: seconds from the first PSS reading (or the first after the
             roots changed) to the next; the period doubles after each reading.
         pss_interval_s: seconds at most between two readings of the proportional set size
@@ -134,6 +137,9 @@ class ProcessCollector(BaseCollector):
     # 133 % of a 2-CPU box over 3.75 ms. Half a tick, not a whole one: at the shortest
     # interval (0.01 s) windows jitter just under a tick, and every one must keep ``cpu``.
     min_cpu_window_s = 0.005
+    # The first window runs from the earliest root's start time, itself known only to the
+    # tick: a command started a few ms ago read 0.0. Five ticks keep that error under 20 %.
+    first_cpu_window_s = 0.05
     # Memory grows over minutes once training runs; a 10 s period shows it soon enough.
     # It grows fastest right after start (model, optimizer state, workers), hence the
     # quick first readings. A reading that takes longer than 0.1 s spaces them further (a
@@ -265,7 +271,8 @@ class ProcessCollector(BaseCollector):
         elapsed = now - min(alive) if first else mono - self._prev_time
         self._prev = stats
         out: dict[str, float] = {}
-        if elapsed > 0 and elapsed >= self.min_cpu_window_s - _SAME:
+        shortest = max(self.min_cpu_window_s, self.first_cpu_window_s if first else 0.0)
+        if elapsed > 0 and elapsed >= shortest - _SAME:
             out["cpu"] = cpu / elapsed / self._cpus * 100.0
             self._prev_time, self._cpu_pending = mono, 0.0
         else:  # within a clock tick: the next sample measures from the same start
