@@ -249,7 +249,6 @@ class AMDCollector(BackgroundCollector):
         self.poll_interval = poll_interval
         # A reading is current until the next run is overdue (a run takes up to TIMEOUT_S).
         self.stale_after = poll_interval + TIMEOUT_S + 5.0
-        self._proc: subprocess.Popen[str] | None = None
 
     @classmethod
     def create(cls, path: str | None = None) -> AMDCollector | None:
@@ -327,14 +326,6 @@ class AMDCollector(BackgroundCollector):
         if self.tool == "rocm-smi":
             return parse_rocm_smi(text)
         return parse_amd_smi(text, self.limits)
-
-    def close(self) -> None:
-        """Stop polling; a run still in progress is killed (its whole process group)."""
-        self._closed.set()
-        proc = self._proc
-        if proc is not None:
-            kill_group(proc)
-        super().close()
 
     def _run(self) -> None:
         # Values published by create() are fresh: the first run waits out the interval.

@@ -119,6 +119,7 @@ class BackgroundCollector(BaseCollector):
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._warned: set[str] = set()
+        self._proc: subprocess.Popen[str] | None = None  # a tool run in progress, if any
 
     def _run(self) -> None:
         raise NotImplementedError
@@ -213,8 +214,14 @@ class BackgroundCollector(BaseCollector):
                 yield line
 
     def close(self) -> None:
-        """Ask the thread to end and wait for it up to ``join_timeout`` seconds."""
+        """Ask the thread to end and wait for it up to ``join_timeout`` seconds.
+
+        A tool run still in progress (``_proc``) is killed, its whole process group.
+        """
         self._closed.set()
+        proc = self._proc
+        if proc is not None:
+            kill_group(proc)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.join_timeout)
 

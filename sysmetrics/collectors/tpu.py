@@ -114,7 +114,6 @@ class TPUCollector(BackgroundCollector):
         self.poll_interval = poll_interval
         # A reading is current until the next run is overdue (a run takes up to TIMEOUT_S).
         self.stale_after = poll_interval + TIMEOUT_S + 5.0
-        self._proc: subprocess.Popen[str] | None = None
 
     @classmethod
     def create(cls, pci_root: str = PCI_ROOT) -> TPUCollector | None:
@@ -148,14 +147,6 @@ class TPUCollector(BackgroundCollector):
         if proc.returncode != 0:
             raise RuntimeError(f"exited with {proc.returncode}: {stderr.strip()[-300:]}")
         return parse_tpu_info(stdout)
-
-    def close(self) -> None:
-        """Stop polling; a ``tpu-info`` still running is killed."""
-        self._closed.set()
-        proc = self._proc
-        if proc is not None:
-            kill_group(proc)
-        super().close()
 
     def _run(self) -> None:
         errors = (OSError, RuntimeError, subprocess.SubprocessError)
