@@ -92,6 +92,7 @@ class HostSource(Protocol):
 
         Raises:
             OSError: they cannot be read, or there are more than :data:`MAX_INTERFACES`.
+            ValueError: a counter is not a 64-bit unsigned integer (a malformed line).
 
         """
 
@@ -225,14 +226,29 @@ def _last_pid(root: str) -> int | None:
         return None
 
 
+def _counter(text: str) -> int:
+    """A kernel counter (u64) from its decimal text.
+
+    Raises:
+        ValueError: it is not one.
+
+    """
+    if not (text.isascii() and text.isdigit()) or len(text) > 20 or int(text) >= 1 << 64:
+        raise ValueError(f"{text[:30]!r} is not a 64-bit counter")
+    return int(text)
+
+
 def _if_flags(sys_class_net: str, name: str) -> int:
     """The flags (``IFF_*``) of network interface ``name``; 0 where they cannot be read.
 
     From sysfs (``<sys_class_net>/<name>/flags``, hexadecimal), else from the kernel for
     this network namespace (``ioctl(SIOCGIFFLAGS)``), else, as a last resort, by name.
+    Only a name Linux allows (up to 15 characters, no ``/``) is looked up.
     """
+    if not 0 < len(name) <= 15 or "/" in name or name in (".", ".."):
+        return IFF_LOOPBACK if name == "lo" else 0
     try:
-        return int(_read(f"{sys_class_net}/{name}/flags").strip(), 16)
+        return int(_read_record(f"{sys_class_net}/{name}/flags").strip()[:18], 16)
     except (OSError, ValueError):
         pass
     try:
@@ -363,8 +379,11 @@ class ProcfsSource:
         for line in lines:
             name, _, rest = line.partition(":")
             f = rest.split()
+            if len(f) < 9:
+                raise ValueError(f"/proc/net/dev: a line of {len(f)} counters, not 16")
             name = name.strip()
-            out.append(NetInterface(name, int(f[8]), int(f[0]), self._loopback(name)))
+            sent, recv = _counter(f[8]), _counter(f[0])
+            out.append(NetInterface(name, sent, recv, self._loopback(name)))
         if len(self._if_loopback) > len(out):  # keep the names that still exist
             names = {i.name for i in out}
             self._if_loopback = {k: v for k, v in self._if_loopback.items() if k in names}

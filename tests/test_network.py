@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -27,6 +28,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sysmetrics import SystemMonitor
 from sysmetrics.collectors import NetworkCollector, host_collectors
@@ -326,3 +329,42 @@ def test_record_counts_loopback_only_with_the_flag(tmp_path: Path, flag: list[st
         assert final >= 50 << 20, final
     else:
         assert final < MB, final
+
+
+# --- hostile input ------------------------------------------------------------------------
+
+_COUNTER = st.integers(min_value=0, max_value=(1 << 64) - 1).map(str) | st.sampled_from(
+    ["-1", "", "1e3", "NaN", "0x10", str(1 << 64), "9" * 5000, "١٢"]
+)
+_NAME = st.sampled_from(["lo", "eth0", "../../etc", "x" * 40, "", ".", "veth/1"]) | st.text(
+    max_size=20
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(_NAME, st.lists(_COUNTER, min_size=0, max_size=17)), max_size=6),
+    st.sampled_from(["0x9", "0x1003", "", "zz", "0x" + "f" * 400, "-1"]),
+)
+def test_hostile_net_dev_gives_counters_or_value_error(
+    lines: list[tuple[str, list[str]]], flags: str
+) -> None:
+    """Whatever ``/proc/net/dev`` and ``flags`` hold: u64 counters and a loopback bool, or
+    ValueError (the monitor then disables the collector with one warning)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "proc/net").mkdir(parents=True)
+        (Path(tmp) / "net/eth0").mkdir(parents=True)
+        (Path(tmp) / "net/eth0/flags").write_text(flags)
+        text = NET_DEV.split("\n", 2)[0] + "\n" + NET_DEV.split("\n", 2)[1] + "\n"
+        text += "".join(f"{name}: {' '.join(counters)}\n" for name, counters in lines)
+        (Path(tmp) / "proc/net/dev").write_text(text, errors="surrogateescape")
+        source = ProcfsSource(root=f"{tmp}/proc", sys_class_net=f"{tmp}/net")
+        collector = NetworkCollector(source)
+        try:
+            interfaces = source.net_interfaces()
+        except ValueError:
+            return
+        assert all(0 <= i.sent < 1 << 64 and 0 <= i.recv < 1 << 64 for i in interfaces)
+        assert all(isinstance(i.loopback, bool) for i in interfaces)
+        first = collector.sample()
+        assert first == {"network.sent": 0.0, "network.recv": 0.0}
