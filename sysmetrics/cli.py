@@ -138,6 +138,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         help="an OpenMetrics endpoint to scrape (repeatable)",
     )
     rec.add_argument(
+        "--network-loopback",
+        action="store_true",
+        help="count loopback interfaces (lo) in network.* (default: left out)",
+    )
+    rec.add_argument(
         "--prometheus-port",
         type=_port,
         metavar="PORT",
@@ -244,6 +249,8 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         options["gpu_ids"] = args.gpu_ids
     if args.open_metrics is not None:
         options["open_metrics"] = dict(args.open_metrics)
+    if args.network_loopback:
+        options["network_loopback"] = True
     proxy = _Proxy()
     try:  # every option is checked before the command starts, with the monitor's messages
         SystemMonitor(args.interval, **options).stop()

@@ -154,10 +154,12 @@ DESCRIPTIONS: tuple[Description, ...] = (
                 "Data written to whole disks since the monitor started",
                 "disk_written_bytes_total", _MIB),
     Description("network.sent", "bytes", "counter",
-                "Data sent on every interface (loopback included) since the monitor started",
+                "Data sent on every interface but loopback (unless network_loopback) since "
+                "the monitor started",
                 "network_transmit_bytes_total"),
     Description("network.recv", "bytes", "counter",
-                "Data received on every interface (loopback included) since the monitor started",
+                "Data received on every interface but loopback (unless network_loopback) "
+                "since the monitor started",
                 "network_receive_bytes_total"),
     Description("cpu.energyJoules", "J", "counter",
                 "Energy used by the CPU packages (RAPL) since the monitor started",

@@ -12,14 +12,19 @@ from __future__ import annotations
 import errno
 import math
 import os
+import socket
+import struct
 import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
+IFF_LOOPBACK = 0x8  # <linux/if.h>: the interface is a loopback one
+_SIOCGIFFLAGS = 0x8913  # <linux/sockios.h>
+MAX_INTERFACES = 65536  # more network interfaces than this: too many to read at every sample
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,24 @@ class ProcStat:
     zombie: bool = False
 
 
+class NetInterface(NamedTuple):
+    """One network interface's counters.
+
+    Attributes:
+        name: the interface's name (``lo``, ``eth0``, ...).
+        sent: bytes it has sent, cumulative (since it was created).
+        recv: bytes it has received, cumulative.
+        loopback: whether it is a loopback interface (flag ``IFF_LOOPBACK``): traffic
+            that never leaves the machine.
+
+    """
+
+    name: str
+    sent: int
+    recv: int
+    loopback: bool
+
+
 class HostSource(Protocol):
     """The host readings the collectors need; every method may raise ``OSError``."""
 
@@ -64,8 +87,14 @@ class HostSource(Protocol):
     def disk_io(self) -> tuple[int, int]:
         """Cumulative (read, written) bytes over the whole disks of the system."""
 
-    def net_io(self) -> tuple[int, int]:
-        """Cumulative (sent, received) bytes over every interface, loopback included."""
+    def net_interfaces(self) -> list[NetInterface]:
+        """Counters of every network interface (of this network namespace, on Linux).
+
+        Raises:
+            OSError: they cannot be read, or there are more than :data:`MAX_INTERFACES`.
+            ValueError: a counter is not a 64-bit unsigned integer (a malformed line).
+
+        """
 
     def disk_usage(self, path: str) -> tuple[int, int, float]:
         """(used bytes, total bytes, used percent) of the filesystem holding ``path``."""
@@ -197,6 +226,41 @@ def _last_pid(root: str) -> int | None:
         return None
 
 
+def _counter(text: str) -> int:
+    """A kernel counter (u64) from its decimal text.
+
+    Raises:
+        ValueError: it is not one.
+
+    """
+    if not (text.isascii() and text.isdigit()) or len(text) > 20 or int(text) >= 1 << 64:
+        raise ValueError(f"{text[:30]!r} is not a 64-bit counter")
+    return int(text)
+
+
+def _if_flags(sys_class_net: str, name: str) -> int:
+    """The flags (``IFF_*``) of network interface ``name``; 0 where they cannot be read.
+
+    From sysfs (``<sys_class_net>/<name>/flags``, hexadecimal), else from the kernel for
+    this network namespace (``ioctl(SIOCGIFFLAGS)``), else, as a last resort, by name.
+    Only a name Linux allows (up to 15 characters, no ``/``) is looked up.
+    """
+    if not 0 < len(name) <= 15 or "/" in name or name in (".", ".."):
+        return IFF_LOOPBACK if name == "lo" else 0
+    try:
+        return int(_read_record(f"{sys_class_net}/{name}/flags").strip()[:18], 16)
+    except (OSError, ValueError):
+        pass
+    try:
+        import fcntl
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            req = struct.pack("16sH22x", name.encode("ascii", "replace")[:15], 0)  # ifreq
+            return int(struct.unpack_from("16sH", fcntl.ioctl(s, _SIOCGIFFLAGS, req))[1])
+    except (ImportError, OSError, ValueError):
+        return IFF_LOOPBACK if name == "lo" else 0
+
+
 def _smaps_pss(root: str, pid: int) -> int | None:
     """``Pss:`` of ``<root>/<pid>/smaps_rollup`` in bytes; None when the process is gone.
 
@@ -221,11 +285,20 @@ class ProcfsSource:
         root: the procfs mount, ``/proc`` by default; point it at a captured tree in tests.
         sys_block: the folder listing whole block devices (``/sys/block``), used to
             leave partitions out of disk I/O as psutil does.
+        sys_class_net: the folder of network interfaces (``/sys/class/net``), whose
+            ``flags`` say which are loopback ones.
 
     """
 
-    def __init__(self, root: str = "/proc", sys_block: str = "/sys/block") -> None:
+    def __init__(
+        self,
+        root: str = "/proc",
+        sys_block: str = "/sys/block",
+        sys_class_net: str = "/sys/class/net",
+    ) -> None:
         self.root = root
+        self._sys_class_net = sys_class_net
+        self._if_loopback: dict[str, bool] = {}  # interface name -> IFF_LOOPBACK is set
         self._tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         try:
@@ -290,15 +363,39 @@ class ProcfsSource:
             written += int(f[9])
         return read * SECTOR_BYTES, written * SECTOR_BYTES
 
-    def net_io(self) -> tuple[int, int]:
-        """Bytes sent and received by every interface of this network namespace."""
-        sent = recv = 0
-        for line in _read(f"{self.root}/net/dev").splitlines()[2:]:
-            _, _, rest = line.partition(":")
+    def net_interfaces(self) -> list[NetInterface]:
+        """Counters of ``/proc/net/dev``; loopback as the interface's flags say.
+
+        The flags come from ``<sys_class_net>/<name>/flags``, or from the kernel
+        (``SIOCGIFFLAGS``) where sysfs has no such interface (a network namespace whose
+        sysfs was not remounted); they are read once per interface name.
+        """
+        lines = _read(f"{self.root}/net/dev").splitlines()[2:]
+        if len(lines) > MAX_INTERFACES:
+            raise OSError(
+                errno.E2BIG, f"{len(lines)} network interfaces, more than {MAX_INTERFACES}"
+            )
+        out: list[NetInterface] = []
+        for line in lines:
+            name, _, rest = line.partition(":")
             f = rest.split()
-            recv += int(f[0])
-            sent += int(f[8])
-        return sent, recv
+            if len(f) < 9:
+                raise ValueError(f"/proc/net/dev: a line of {len(f)} counters, not 16")
+            name = name.strip()
+            sent, recv = _counter(f[8]), _counter(f[0])
+            out.append(NetInterface(name, sent, recv, self._loopback(name)))
+        if len(self._if_loopback) > len(out):  # keep the names that still exist
+            names = {i.name for i in out}
+            self._if_loopback = {k: v for k, v in self._if_loopback.items() if k in names}
+        return out
+
+    def _loopback(self, name: str) -> bool:
+        known = self._if_loopback.get(name)
+        if known is None:
+            known = self._if_loopback[name] = bool(
+                _if_flags(self._sys_class_net, name) & IFF_LOOPBACK
+            )
+        return known
 
     def disk_usage(self, path: str) -> tuple[int, int, float]:
         """``statvfs`` of ``path``, with psutil's percent (of the space users can reach)."""
@@ -423,10 +520,30 @@ class PsutilSource:
         io = self.psutil.disk_io_counters()
         return (int(io.read_bytes), int(io.write_bytes)) if io else (0, 0)
 
-    def net_io(self) -> tuple[int, int]:
-        """(sent, received) bytes from ``psutil.net_io_counters()``."""
-        io = self.psutil.net_io_counters()
-        return int(io.bytes_sent), int(io.bytes_recv)
+    def net_interfaces(self) -> list[NetInterface]:
+        """``psutil.net_io_counters(pernic=True)``; loopback as ``psutil.net_if_stats()`` says.
+
+        Its ``flags`` (psutil 5.9.3+, not on Windows) name ``loopback``; without them, the
+        usual loopback names (``lo``, ``lo0``, Windows' ``Loopback Pseudo-Interface 1``).
+        """
+        counters = self.psutil.net_io_counters(pernic=True)
+        if len(counters) > MAX_INTERFACES:
+            raise OSError(
+                errno.E2BIG, f"{len(counters)} network interfaces, more than {MAX_INTERFACES}"
+            )
+        try:
+            stats = self.psutil.net_if_stats()
+        except (OSError, self.psutil.Error):
+            stats = {}
+        out: list[NetInterface] = []
+        for name, io in counters.items():
+            flags = getattr(stats.get(name), "flags", "")
+            if flags:
+                loopback = "loopback" in flags.split(",")
+            else:
+                loopback = name in ("lo", "lo0") or name.lower().startswith("loopback")
+            out.append(NetInterface(name, int(io.bytes_sent), int(io.bytes_recv), loopback))
+        return out
 
     def disk_usage(self, path: str) -> tuple[int, int, float]:
         """``psutil.disk_usage(path)`` as (used, total, percent)."""

@@ -130,7 +130,7 @@ class SystemMonitor:
             (paths whose filesystems to report, ``("/",)``), ``track_process_tree``
             (True), ``pid`` (this process), ``gpu_ids``, ``rocm_smi_path``,
             ``open_metrics``, ``open_metrics_filters``, ``open_metrics_headers``,
-            ``open_metrics_max_series`` (10 000).
+            ``open_metrics_max_series`` (10 000), ``network_loopback`` (False).
 
     Raises:
         TypeError, ValueError: an option is unknown or has an invalid value; the message

@@ -9,12 +9,15 @@ setup and containers have others. Swap (``memory.swapPercent``) is read from a c
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from sysmetrics import SystemMonitor
 from sysmetrics.cgroup import Cgroup, find_cgroup
 from sysmetrics.collectors import MemoryCollector, ProcessCollector
 from sysmetrics.collectors.memory import SWAP_KEY
@@ -198,7 +201,8 @@ def swap_cgroup(tmp_path: Path, **files: str) -> Cgroup:
     for name, text in files.items():
         where, _, leaf = name.partition("_")
         write((ctr if where == "ctr" else pod) / f"memory.swap.{leaf}", text + "\n")
-    return Cgroup(2, memory_dirs=[str(ctr), str(pod)], cpu_dirs=[str(ctr), str(pod)])
+    dirs = [str(ctr), str(pod)]
+    return Cgroup(2, memory_dirs=dirs, cpu_dirs=dirs, refresh_s=0.0)  # the tests change them
 
 
 def test_swap_percent_from_meminfo(tmp_path: Path) -> None:
@@ -307,3 +311,164 @@ def test_no_swap_key_on_this_machine_without_swap(kind: str) -> None:
     source = ProcfsSource() if kind == "procfs" else PsutilSource()
     assert source.swap()[0] == 0
     assert SWAP_KEY not in MemoryCollector(source).sample()
+
+
+# --- limits that change while the job runs (in-place resize, docker update) ----------------
+
+
+class FakeClock:
+    """The cgroup's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_limits_are_read_again_once_the_latest_reading_is_refresh_s_old(v2: str) -> None:
+    cg = find_cgroup(proc_root=v2)
+    assert cg is not None and cg.refresh_s == 1.0
+    cg.clock = clock = FakeClock()
+    ctr = Path(v2).parent / "sys/fs/cgroup/kubepods/pod1/ctr"
+    assert (cg.cpu_limit(), cg.memory_limit()) == (1.5, 1024 * MiB)
+    (ctr / "cpu.max").write_text("50000 100000\n")  # resized to half a CPU
+    (ctr / "memory.max").write_text(f"{512 * MiB}\n")
+    clock.now += 0.9
+    assert (cg.cpu_limit(), cg.memory_limit()) == (1.5, 1024 * MiB)  # 0.9 s old: kept
+    clock.now += 0.1
+    assert (cg.cpu_limit(), cg.memory_limit()) == (0.5, 512 * MiB)
+    (ctr / "cpu.max").write_text("max 100000\n")  # the container's limits lifted: the pod's
+    (ctr / "memory.max").write_text("max\n")
+    clock.now += 1.0
+    assert (cg.cpu_limit(), cg.memory_limit()) == (4.0, 2048 * MiB)
+    clock.now -= 5.0  # a clock that went back does not keep a reading for ever
+    (ctr / "cpu.max").write_text("100000 100000\n")
+    assert cg.cpu_limit() == 1.0
+
+
+def test_memory_keys_follow_a_memory_limit_change(v2: str) -> None:
+    source = default_source()
+    cg = find_cgroup(proc_root=v2)
+    assert cg is not None
+    cg.clock = clock = FakeClock()
+    memory, process = MemoryCollector(source, cg), ProcessCollector(source, os.getpid(), True, cg)
+    assert memory.sample()["memory"] == pytest.approx(500 / 1024 * 100)
+    assert process.memory_total == 1024 * MiB
+    ctr = Path(v2).parent / "sys/fs/cgroup/kubepods/pod1/ctr"
+    (ctr / "memory.max").write_text(f"{800 * MiB}\n")
+    clock.now += 1.0
+    assert memory.sample()["memory"] == pytest.approx(500 / 800 * 100)
+    assert process.memory_total == 800 * MiB
+    snap = process.sample()
+    assert snap["proc.memory.percent"] == pytest.approx(snap["proc.memory.rssMB"] / 800 * 100)
+
+
+# A child using about 40 % of a CPU (4 ms busy, 6 ms asleep): under 100 % of either quota.
+DUTY = "import time\nwhile True:\n    t = time.monotonic()\n    while time.monotonic() - t < 0.004: pass\n    time.sleep(0.006)"  # noqa: E501
+
+
+def cpu_seconds(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+def test_process_cpu_follows_a_cpu_quota_change(v2: str) -> None:
+    """The fake tree's quota goes from 1.0 to 0.5 CPU mid-run: ``cpu`` is then of 0.5."""
+    source = default_source()
+    cg = find_cgroup(proc_root=v2)
+    assert cg is not None
+    ctr = Path(v2).parent / "sys/fs/cgroup/kubepods/pod1/ctr"
+    (ctr / "cpu.max").write_text("100000 100000\n")
+    child = subprocess.Popen([sys.executable, "-c", DUTY])
+    try:
+        collector = ProcessCollector(source, child.pid, True, cg)
+        readings = []
+        for quota, cpus in (("100000 100000", 1.0), ("50000 100000", 0.5)):
+            (ctr / "cpu.max").write_text(quota + "\n")
+            time.sleep(1.1)  # the latest reading of the limit is now over refresh_s old
+            collector.sample()
+            t0, c0 = time.monotonic(), cpu_seconds(child.pid)
+            time.sleep(1.5)
+            value = collector.sample()["cpu"]
+            used = (cpu_seconds(child.pid) - c0) / (time.monotonic() - t0)  # CPUs
+            available = min(float(len(os.sched_getaffinity(child.pid))), cpus)
+            readings.append((value, used / available * 100))
+    finally:
+        child.kill()
+        child.wait()
+    (before, truth_before), (after, truth_after) = readings
+    assert abs(before - truth_before) < 10, readings
+    assert abs(after - truth_after) < 10, readings
+
+
+def _real_cpu_cgroup() -> tuple[Cgroup, str]:
+    """(this process's cgroup, a new child cgroup of its CPU controller's root), or a skip."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("cgroups are Linux's")
+    if os.geteuid() != 0:
+        pytest.skip("making a cgroup and moving a process into it needs root")
+    cg = find_cgroup()
+    if cg is None or not cg.cpu_dirs:
+        pytest.skip("no cgroup CPU controller is mounted here")
+    root = cg.cpu_dirs[-1]
+    if cg.version == 2:
+        try:
+            with open(os.path.join(root, "cgroup.subtree_control"), "a") as f:
+                f.write("+cpu")  # children of the root get cpu.max
+        except OSError as exc:
+            pytest.skip(f"cannot enable the cgroup v2 cpu controller under {root}: {exc}")
+    path = os.path.join(root, f"sysmetrics-test-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        os.mkdir(path)
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup under {root} (read-only cgroupfs?): {exc}")
+    return cg, path
+
+
+def _set_quota(cg: Cgroup, path: str, quota_us: int, period_us: int = 100_000) -> None:
+    if cg.version == 2:
+        Path(path, "cpu.max").write_text(f"{quota_us} {period_us}\n")
+    else:
+        Path(path, "cpu.cfs_period_us").write_text(f"{period_us}\n")
+        Path(path, "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
+
+
+def test_cpu_follows_a_real_cgroup_resize_from_one_cpu_to_half() -> None:
+    """A spinning child in a real cgroup limited to 1 CPU, then 0.5 CPU (a live resize).
+
+    Through ``SystemMonitor(pid=child)``: ``cpu`` is the child's use of its quota as it
+    is, so about 100 after the resize too (the kernel throttles it to half a CPU).
+    """
+    cg, path = _real_cpu_cgroup()
+    child = None
+    try:
+        _set_quota(cg, path, 100_000)
+        child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        Path(path, "cgroup.procs").write_text(f"{child.pid}\n")
+        readings = []
+        with SystemMonitor(interval=0.25, pid=child.pid, disk_paths=()) as m:
+            for quota_us, cpus in ((100_000, 1.0), (50_000, 0.5)):
+                _set_quota(cg, path, quota_us)
+                time.sleep(1.5)  # over refresh_s: the monitor has read the new limit
+                m.snapshot()
+                t0, c0 = time.monotonic(), cpu_seconds(child.pid)
+                time.sleep(2.0)
+                value = m.snapshot()["cpu"]
+                used = (cpu_seconds(child.pid) - c0) / (time.monotonic() - t0)
+                readings.append((value, min(100.0, used / cpus * 100)))
+    finally:
+        if child is not None:
+            child.kill()
+            child.wait()
+        for _ in range(50):  # the cgroup empties as the killed child is reaped
+            try:
+                os.rmdir(path)
+                break
+            except OSError:
+                time.sleep(0.1)
+    assert not os.path.exists(path)
+    (before, truth_before), (after, truth_after) = readings
+    assert truth_after > 60, readings  # the child really used most of its half CPU
+    assert abs(before - truth_before) < 15, readings
+    assert abs(after - truth_after) < 15, readings

@@ -51,6 +51,7 @@ class CollectorOptions(TypedDict, total=False):
     open_metrics_filters: Filters | None
     open_metrics_headers: Mapping[str, str] | None
     open_metrics_max_series: int
+    network_loopback: bool
 
 
 def _any(name: str, value: object) -> object:
@@ -152,6 +153,11 @@ OPTIONS: dict[str, Option] = {
     "open_metrics_max_series": Option(
         10_000, _max_series, "series kept per endpoint and page (the first ones)"
     ),
+    "network_loopback": Option(
+        False,
+        _bool,
+        "count loopback interfaces (lo: traffic that never leaves the machine) in network.*",
+    ),
 }
 
 
@@ -218,7 +224,7 @@ DEFAULT_SET: tuple[Callable[[Context], Collector | None], ...] = (
     lambda c: CPUCollector(c.source),
     lambda c: MemoryCollector(c.source, c.cgroup),
     lambda c: DiskCollector(c.source, c.options["disk_paths"]),
-    lambda c: NetworkCollector(c.source),
+    lambda c: NetworkCollector(c.source, c.options["network_loopback"]),
     lambda c: RaplCollector.create(),
     _open_metrics,
     _amd,

@@ -52,9 +52,10 @@ class ProcessCollector(BaseCollector):
 
     - ``cpu``: CPU used by the job since the previous sample, percent of the CPUs available
       to it (the union of the roots' affinity masks, read at each walk, capped by the cgroup
-      CPU quota), so a job keeping every available CPU busy reads 100. The first sample is
-      the average since the earliest root started. Children that ended and were reaped
-      inside the tree are counted up to their end, and a root that ended but is not reaped
+      CPU quota as it is at the sample, :meth:`Cgroup.cpu_limit`), so a job keeping every
+      available CPU busy reads 100. The first sample is the average since the earliest
+      root started. Children that ended and were reaped inside the tree are counted up
+      to their end, and a root that ended but is not reaped
       yet (a zombie) with its final CPU time. Process CPU times move in clock ticks
       (10 ms), so a window shorter than ``min_cpu_window_s`` (half a tick; the first,
       from the earliest root's start, ``first_cpu_window_s``) would read 0 or far too
@@ -73,7 +74,7 @@ class ProcessCollector(BaseCollector):
       never sooner than 100 times the latest reading's duration (at most 1 % of a core).
       Each sample reports the latest reading, left out once older than two periods.
     - ``proc.memory.percent``: the RSS as a percent of system memory, or of the cgroup
-      memory limit when that is lower.
+      memory limit (as it is at the sample) when that is lower.
 
     Zombies (processes that ended, not reaped yet) hold no memory: they add nothing to the
     threads and memory keys, and a sample where every root is one (the command of
@@ -160,10 +161,8 @@ class ProcessCollector(BaseCollector):
         self.source = source
         self.job = job or Job(pid)
         self.track_process_tree = track_process_tree
-        self.cpu_quota = cgroup.cpu_limit() if cgroup else None
-        limit = cgroup.memory_limit() if cgroup else None
-        total = source.memory()[0]
-        self.memory_total = min(total, limit) if limit else total
+        self.cgroup = cgroup  # its limits are read through it, so they stay current
+        self._host_memory = source.memory()[0]
         # pid -> (stat, parent pid) at the previous sample; its keys are the processes the
         # samples between two walks read.
         self._prev: dict[int, tuple[ProcStat, int]] = {}
@@ -177,7 +176,7 @@ class ProcessCollector(BaseCollector):
         self._walk_pid: int | None = None  # source.last_pid() before the latest walk
         self._moved = False  # a process changed parents since the latest walk
         self._ticks = 0  # samples since the latest walk
-        self._cpus = 1.0  # available CPUs, as of the latest walk
+        self._cpus = 1.0  # CPUs of the roots' affinity, as of the latest walk
         self._pss_lock = threading.Lock()
         self._pss_reading: threading.Thread | None = None  # the reading under way
         self._pss: int | None = None  # bytes, the latest reading (None: not readable)
@@ -195,13 +194,25 @@ class ProcessCollector(BaseCollector):
         return self.job.pid
 
     @property
+    def cpu_quota(self) -> float | None:
+        """The cgroup's CPU quota in CPUs, current (:meth:`Cgroup.cpu_limit`); None: none."""
+        return self.cgroup.cpu_limit() if self.cgroup else None
+
+    @property
+    def memory_total(self) -> int:
+        """Bytes of memory the job may use: the host's, or the cgroup limit (current) if lower."""
+        limit = self.cgroup.memory_limit() if self.cgroup else None
+        return min(self._host_memory, limit) if limit else self._host_memory
+
+    @property
     def available_cpus(self) -> float:
         """CPUs the job may use: the union of the roots' affinity, capped by the CPU quota."""
-        return self._available(self.job.roots)
+        return self._capped(float(self.source.cpus(self.job.roots)))
 
-    def _available(self, roots: tuple[int, ...]) -> float:
-        n = float(self.source.cpus(roots))
-        return min(n, self.cpu_quota) if self.cpu_quota else n
+    def _capped(self, cpus: float) -> float:
+        """``cpus`` capped by the CPU quota as it is now."""
+        quota = self.cpu_quota
+        return min(cpus, quota) if quota else cpus
 
     def tree(self) -> list[tuple[int, int]]:
         """(pid, parent pid) of every root and, when tracking, every descendant (a walk)."""
@@ -236,7 +247,7 @@ class ProcessCollector(BaseCollector):
             # next walk: its whole CPU time counts there.
             clock, last_pid = self.source.clock(), self.source.last_pid()
             members = process_tree(self.source, roots, self.track_process_tree)
-            cpus = self._available(roots)
+            cpus = float(self.source.cpus(roots))
         else:
             members = [(pid, parent) for pid, (_, parent) in self._prev.items()]
         # Time-stamp the counter reads themselves, not the tree walk before them: under a
@@ -273,7 +284,7 @@ class ProcessCollector(BaseCollector):
         out: dict[str, float] = {}
         shortest = max(self.min_cpu_window_s, self.first_cpu_window_s if first else 0.0)
         if elapsed > 0 and elapsed >= shortest - _SAME:
-            out["cpu"] = cpu / elapsed / self._cpus * 100.0
+            out["cpu"] = cpu / elapsed / self._capped(self._cpus) * 100.0
             self._prev_time, self._cpu_pending = mono, 0.0
         else:  # within a clock tick: the next sample measures from the same start
             if first:  # from the earliest root's start, on this clock
