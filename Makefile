@@ -10,7 +10,7 @@ comma := ,
 EXTRAS ?= test,dev,lightning,transformers,keras
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo host-demo test versions lint bench overhead clean
+.PHONY: demo host-demo test versions lint bench overhead gpu-check gpu-wheels clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,5 +53,26 @@ $(BENCH_VENV)/.installed: pyproject.toml constraints.txt benchmarks/requirements
 overhead: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python benchmarks/overhead.py
 
+# The GPU checks (benchmarks/gpu_check.py), on a Linux machine with an NVIDIA GPU, offline:
+# under 15 minutes on one GPU, results in $(GPU_CHECK_OUT)/ (summary.txt, checks.json). It
+# uses the machine's Python and its torch/Lightning/transformers/Keras, and installs what
+# it lacks only from $(GPU_WHEELS)/. Without a GPU it says so in one line and exits 0.
+GPU_CHECK_OUT ?= gpu-check
+GPU_WHEELS ?= .gpu-wheels
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py --out $(GPU_CHECK_OUT) --wheels $(GPU_WHEELS)
+
+# Run beforehand where there is network: the wheels gpu-check may install, for CPython
+# $(GPU_WHEELS_PYTHON) on x86-64 Linux (no torch, no CUDA libraries), into $(GPU_WHEELS)/.
+GPU_WHEELS_PYTHON ?= 3.12
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --dest $(GPU_WHEELS) --only-binary=:all: \
+		--python-version $(GPU_WHEELS_PYTHON) --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 --platform any \
+		$$($(PYTHON) benchmarks/gpu_check.py --requirements)
+	@du -sh $(GPU_WHEELS); ls $(GPU_WHEELS) | wc -l
+
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .tox build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) .tox build *.egg-info .pytest_cache .mypy_cache .ruff_cache \
+		$(GPU_CHECK_OUT)

@@ -238,10 +238,13 @@ def sampler_cost(quick: bool) -> None:
 # -- 2. training overhead --------------------------------------------------------------
 
 
-def train_mean_step(variant: str, steps: int, warmup: int) -> tuple[float, float]:
+def train_mean_step(
+    variant: str, steps: int, warmup: int, accelerator: str = "cpu"
+) -> tuple[float, float]:
     """Mean s per step after ``warmup`` steps of one Lightning run, and sampler CPU share.
 
     The share is the CPU time of sysmetrics' threads over the run's wall time.
+    ``accelerator`` is Lightning's (``"cpu"``, or ``"gpu"`` for the first GPU).
     """
     import lightning.pytorch as pl
     import torch
@@ -299,37 +302,48 @@ def train_mean_step(variant: str, steps: int, warmup: int) -> tuple[float, float
         trainer = pl.Trainer(
             max_steps=steps, logger=CSVLogger(logdir), log_every_n_steps=50,
             callbacks=callbacks, enable_progress_bar=False, enable_checkpointing=False,
-            enable_model_summary=False, accelerator="cpu",
+            enable_model_summary=False, accelerator=accelerator, devices=1,
         )  # fmt: skip
         trainer.fit(Model(), loader)
     t = clock.times[warmup:]
     return (t[-1] - t[0]) / (len(t) - 1), clock.sampler_share
 
 
-def training_overhead(quick: bool) -> None:
+def training_overhead(
+    quick: bool, accelerator: str = "cpu", rounds: int | None = None
+) -> dict[str, dict[str, float]]:
+    """Print table 2 (on Lightning's ``accelerator``); return each variant's figures.
+
+    ``rounds`` overrides the number of alternating rounds (2 quick, 16 otherwise).
+    """
     import logging
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     variants = ["none", "sysmetrics 1 s", "sysmetrics 0.1 s", "DeviceStatsMonitor"]
-    rounds, steps = (2, 60) if quick else (16, 200)
+    rounds, steps = (rounds or 2, 60) if quick else (rounds or 16, 200)
     means: dict[str, list[float]] = {v: [] for v in variants}
     shares: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(rounds):
         order = variants[r % 4 :] + variants[: r % 4]  # each variant takes each position
         for v in order:
-            mean, share = train_mean_step(v, steps, warmup=10)
+            mean, share = train_mean_step(v, steps, warmup=10, accelerator=accelerator)
             means[v].append(mean)
             shares[v].append(share)
     base = means["none"]
-    print(f"\n2. Training overhead: Lightning, CPU, {steps} steps a run, {rounds} rounds "
+    where = "CPU" if accelerator == "cpu" else accelerator.upper()
+    print(f"\n2. Training overhead: Lightning, {where}, {steps} steps a run, {rounds} rounds "
           "of alternating runs (order rotated each round)")  # fmt: skip
     print(f"   {'variant':<20}{'step ms':>9}{'ratio':>8}{'IQR of round ratios':>22}"
           f"{'sampler CPU':>13}{'bound':>8}   target")  # fmt: skip
     targets = {"sysmetrics 1 s": 1.005, "sysmetrics 0.1 s": 1.02}
+    figures: dict[str, dict[str, float]] = {}
     for v in variants:
         ratios = sorted(m / b for m, b in zip(means[v], base))
         q1, _, q3 = statistics.quantiles(ratios, n=4)
         share = statistics.fmean(shares[v])
+        figures[v] = {"step_ms": statistics.median(means[v]) * 1e3,
+                      "ratio": statistics.median(ratios), "q1": q1, "q3": q3,
+                      "sampler_cpu_share": share}  # fmt: skip
         bound = f"{1 + share:>8.4f}" if v.startswith("sysmetrics") else f"{'':>8}"
         target = targets.get(v)
         verdict = "" if target is None else f"<={target:g}"
@@ -340,6 +354,7 @@ def training_overhead(quick: bool) -> None:
     print("   without monitoring. sampler CPU: CPU time of sysmetrics' threads over the run's")
     print("   wall time; bound = 1 + that share, the slowdown if every sampler microsecond")
     print("   delayed the training loop (it runs beside it, on another core when one is free).")
+    return figures
 
 
 # -- 3. callback cost ------------------------------------------------------------------
