@@ -28,12 +28,11 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sysmetrics import report
+from sysmetrics import report, steps
 from sysmetrics.collectors.base import SystemMetricsWarning
 from sysmetrics.live import LiveView
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.sinks.jsonl import JsonlSink
-from sysmetrics.steps import ENV, WIDTH
 
 if TYPE_CHECKING:
     from sysmetrics.sinks.prometheus import PrometheusExporter
@@ -167,7 +166,7 @@ class _StepReader(threading.Thread):
         self.monitor = monitor
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:  # mapped, as the command maps it: two reads take ~0.1 us, two preads ~2 us
-            self.map = mmap.mmap(fd, WIDTH, access=mmap.ACCESS_READ)
+            self.map = mmap.mmap(fd, steps.SIZE, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
         self.done = threading.Event()
@@ -178,10 +177,11 @@ class _StepReader(threading.Thread):
         A read that raced a write (two reads that differ) is tried again, up to
         ``STEP_TRIES`` times: a loop that marks a step every microsecond still gets read.
         """
+        start = len(steps.MAGIC)  # the header, then the step
         with contextlib.suppress(ValueError):
-            text = self.map[:]
+            text = self.map[start:]
             for _ in range(STEP_TRIES):
-                again = self.map[:]
+                again = self.map[start:]
                 if again == text:
                     self.monitor.step = int(text.decode())
                     return
@@ -277,11 +277,9 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     try:
-        step_file = os.path.join(tmp, "step")
-        with open(step_file, "wb") as f:
-            f.write(b" " * WIDTH)
+        step_file = steps.create(tmp)  # tmp is private (mkdtemp: 0700), as step() checks
         try:
-            children.append(subprocess.Popen(command, env={**os.environ, ENV: step_file}))
+            children.append(subprocess.Popen(command, env={**os.environ, steps.ENV: step_file}))
         except FileNotFoundError:
             print(f"{parser.prog}: {command[0]}: command not found", file=sys.stderr)
             return 127

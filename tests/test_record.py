@@ -275,22 +275,92 @@ def test_step_without_the_recorder_does_nothing(monkeypatch: pytest.MonkeyPatch)
     assert steps._tried and steps._map is None
 
 
-def test_step_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "step"
-    path.write_bytes(b" " * steps.WIDTH)
+def fresh_step(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """``step()`` as in a new process whose ``SYSMETRICS_STEP_FILE`` names ``path``."""
     monkeypatch.setenv(steps.ENV, str(path))
     monkeypatch.setattr(steps, "_map", None)
     monkeypatch.setattr(steps, "_tried", False)
+
+
+def test_step_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    path = Path(steps.create(str(private)))
+    fresh_step(monkeypatch, path)
     sysmetrics.step(123456)
     sysmetrics.step(7)
-    assert path.read_bytes() == b"7".ljust(steps.WIDTH)
+    assert path.read_bytes() == steps.MAGIC + b"7".ljust(steps.WIDTH)
     # A step too long for the file is skipped, never an error in the training loop.
     sysmetrics.step(10**30)
     sysmetrics.step("é" * 15)  # type: ignore[arg-type]
     sysmetrics.step(object())  # type: ignore[arg-type]
-    assert path.read_bytes() == b"7".ljust(steps.WIDTH)
+    assert path.read_bytes() == steps.MAGIC + b"7".ljust(steps.WIDTH)
     assert steps._map is not None
     steps._map.close()
+
+
+def step_file_copy(directory: Path, mode: int = 0o700) -> Path:
+    """A file exactly like the recorder's step file, in ``directory`` (made with ``mode``)."""
+    directory.mkdir(mode=mode)
+    directory.chmod(mode)  # whatever the umask
+    return Path(steps.create(str(directory)))
+
+
+UNRELATED = {
+    # The issue's case: an ordinary file of 20 bytes, or longer.
+    "a-file-of-20-bytes": lambda d: (d / "notes.txt", b"precious data here!\n"),
+    "a-longer-file": lambda d: (d / "model.ckpt", os.urandom(4096)),
+    # As long as a step file, but without its header.
+    "the-step-file-size": lambda d: (d / "same-size", b"x" * steps.SIZE),
+    # A step file's bytes exactly, but in a directory others may enter (not the recorder's).
+    "in-a-shared-directory": lambda d: (step_file_copy(d / "shared", 0o755), None),
+    # A step file with one byte more.
+    "one-byte-longer": lambda d: (d / "longer", steps.MAGIC + b" " * (steps.WIDTH + 1)),
+}
+
+
+@pytest.mark.parametrize("kind", list(UNRELATED))
+def test_step_never_writes_a_file_the_recorder_did_not_make(tmp_path: Path, kind: str) -> None:
+    """Regression: ``sysmetrics.step(7)`` overwrote the first 20 bytes of any file named
+    by ``SYSMETRICS_STEP_FILE``. Run as a user would, in a new interpreter."""
+    path, content = UNRELATED[kind](tmp_path)
+    if content is not None:
+        path.write_bytes(content)
+    before = path.read_bytes()
+    code = "import sysmetrics\nfor i in range(3):\n    sysmetrics.step(7)\nprint('done')"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, steps.ENV: str(path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
+    assert path.read_bytes() == before
+    # One warning, naming the variable and the file; the loop goes on.
+    assert proc.stderr.count("SystemMetricsWarning") == 1, proc.stderr
+    assert f"{steps.ENV}={str(path)!r} names no step file made by sysmetrics record" in (
+        proc.stderr
+    )
+
+
+@pytest.mark.parametrize("kind", ["fifo", "missing", "symlink"])
+def test_step_leaves_other_kinds_of_path_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A FIFO (an open that could block), a missing file, a link to a real step file."""
+    path = tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink":
+        path.symlink_to(step_file_copy(tmp_path / "private"))
+    fresh_step(monkeypatch, path)
+    with pytest.warns(sysmetrics.SystemMetricsWarning, match="names no step file"):
+        sysmetrics.step(7)
+    sysmetrics.step(8)  # warned once: later calls return at once
+    assert steps._tried and steps._map is None
+    if kind == "symlink":
+        assert path.read_bytes() == steps.MAGIC + b" " * steps.WIDTH
 
 
 @pytest.mark.parametrize(
