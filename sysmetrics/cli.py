@@ -3,15 +3,18 @@
 ``record`` runs COMMAND, watches its process tree with a :class:`SystemMonitor` and writes
 the samples to a run file (:class:`~sysmetrics.sinks.jsonl.JsonlSink`), stamped with the
 step the command marks with :func:`sysmetrics.step`. It forwards SIGINT and SIGTERM to the
-command (not a SIGINT when the command is in the terminal's foreground process group: a
-Ctrl-C reached it already) and exits with the command's exit status (128+N when it died of
-signal N).
+command and exits with the command's exit status (128+N when it died of signal N). The
+command gets each SIGINT once: without a terminal it runs in a process group of its own
+(a signal to the recorder's group reaches it only forwarded); with one it shares the
+recorder's group, and a SIGINT is not forwarded while it is in the terminal's foreground
+(Ctrl-C reached it already). See :func:`_own_group`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import errno
 import importlib.metadata
 import mmap
@@ -24,7 +27,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -228,6 +231,57 @@ def _in_foreground(pid: int) -> bool:
         os.close(fd)
 
 
+def _has_terminal() -> bool:
+    """Whether this process has a controlling terminal (``/dev/tty`` opens)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # ENXIO: no controlling terminal
+        return False
+    os.close(fd)
+    return True
+
+
+# Why the command gets its own process group only without a terminal.
+#
+# A signal sent to a process group reaches every process in it, and the recorder cannot
+# tell a SIGINT sent to its group from one sent to it alone (``kill(-pgid)`` and
+# ``kill(pid)`` give the same ``siginfo``: ``SI_USER`` and the sender's pid). So either the
+# command is in the recorder's group and the recorder must not forward a group's SIGINT (but
+# then one sent to the recorder alone is lost), or it is in a group of its own and the
+# recorder forwards every one (the group's copy never reaches it). The second gives exactly
+# one copy for ``kill -INT -PGID`` and ``kill -INT RECORDER_PID`` alike, and is used
+# without a terminal. With a terminal, the command must stay in the terminal's foreground
+# group to read it and for Ctrl-C and Ctrl-Z to work (a group of its own would need the
+# recorder to do a shell's job control), so it shares the recorder's group there, and a
+# SIGINT is not forwarded while the command is in the foreground: Ctrl-C reached it.
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent ends
+
+
+def _own_group() -> Callable[[], None]:
+    """What the command runs before ``exec`` without a terminal (see the comment above).
+
+    It makes a process group of its own, so that a signal sent to the recorder's group
+    reaches it only as the recorder forwards it: exactly once. On Linux it also asks for
+    SIGKILL when the recorder ends, so that a SIGKILL sent to the recorder's group (a
+    batch system's last resort) still ends the command, as it did in the same group.
+    """
+    parent = os.getpid()
+    prctl: Any = None
+    if sys.platform.startswith("linux"):  # resolved here: the child only calls it
+        with contextlib.suppress(OSError, AttributeError):
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def setup() -> None:
+        os.setpgid(0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            if os.getppid() != parent:  # the recorder ended before the request
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return setup
+
+
 def _status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
@@ -263,13 +317,19 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     tmp = tempfile.mkdtemp(prefix="sysmetrics-")
     children: list[subprocess.Popen[bytes]] = []
 
+    # With a terminal, the command shares our process group, as a shell's pipeline does:
+    # it reads the terminal, and Ctrl-C or Ctrl-Z reach it as they reach us. Without one,
+    # it gets a group of its own, so that a signal sent to our group (a batch system or CI
+    # cancelling the job) reaches it once, forwarded by us (see _own_group).
+    shared = sys.platform == "win32" or _has_terminal()
+
     def forward(signum: int, frame: FrameType | None) -> None:
         # os.kill, not send_signal: that reaps an exited child, which _wait_exited leaves
         # unreaped (a zombie keeps its pid, so the signal cannot reach another process).
         for child in children:
             # Ctrl-C in a terminal signals its whole foreground process group: the command
             # has its SIGINT already, and a second one would interrupt its cleanup.
-            if signum == signal.SIGINT and _in_foreground(child.pid):
+            if signum == signal.SIGINT and shared and _in_foreground(child.pid):
                 continue
             if child.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -279,7 +339,9 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         step_file = steps.create(tmp)  # tmp is private (mkdtemp: 0700), as step() checks
         try:
-            children.append(subprocess.Popen(command, env={**os.environ, steps.ENV: step_file}))
+            env = {**os.environ, steps.ENV: step_file}
+            setup = None if shared else _own_group()
+            children.append(subprocess.Popen(command, env=env, preexec_fn=setup))
         except FileNotFoundError:
             print(f"{parser.prog}: {command[0]}: command not found", file=sys.stderr)
             return 127

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import sysmetrics
@@ -240,6 +241,129 @@ def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path: Path) -> None:
         os.close(master)
     assert count.read_text().splitlines() == ["SIGINT"], output
     assert proc.returncode == 7, output
+
+
+def counted_sigints(tmp_path: Path, send: Any) -> tuple[list[str], int]:
+    """The SIGINTs a command counts after ``send(recorder)``, and the recorder's status.
+
+    The recorder runs as a batch system or CI runner starts a job: in a new session (a
+    process group of its own, no terminal).
+    """
+    count, ready = tmp_path / "count", tmp_path / "ready"
+    proc = record(
+        "--output",
+        str(tmp_path / "r.jsonl"),
+        "--interval",
+        "0.1",
+        "--",
+        sys.executable,
+        "-c",
+        COUNTS_SIGINT,
+        str(count),
+        str(ready),
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert time.monotonic() < deadline, "the command did not start"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.02)
+        send(proc)
+        proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return (count.read_text().splitlines() if count.exists() else []), proc.returncode
+
+
+def sigint_to_the_group(proc: subprocess.Popen[str], count: Path) -> None:
+    """``kill -INT -PGID`` of the recorder's group, the recorder reacting last.
+
+    The recorder is held stopped until the command has taken the copy the group's signal
+    gave it directly, where it shares the recorder's group: a forwarded copy sent while
+    that one is still pending would merge with it (which hid the fault in some runs).
+    """
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while not stopped(proc.pid):
+        assert time.monotonic() < deadline, "the recorder did not stop"
+        time.sleep(0.01)
+    try:
+        (command,) = psutil.Process(proc.pid).children()
+        os.killpg(proc.pid, signal.SIGINT)
+        if os.getpgid(command.pid) == proc.pid:  # the group's signal reached it
+            while not count.exists():
+                assert time.monotonic() < deadline, "no SIGINT"
+                time.sleep(0.01)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+
+
+@pytest.mark.parametrize("run", range(5))
+def test_a_sigint_to_the_process_group_reaches_the_command_once(tmp_path: Path, run: int) -> None:
+    """Regression: ``kill -INT -PGID`` without a terminal (how batch systems and CI cancel
+    a job) reached the command twice, the group's copy and the recorder's forwarded one: a
+    second KeyboardInterrupt in its cleanup (3 runs in 5). Five runs, five times once."""
+    count = tmp_path / "count"
+    counted, status = counted_sigints(tmp_path, lambda p: sigint_to_the_group(p, count))
+    assert counted == ["SIGINT"]
+    assert status == 7
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_a_sigint_to_the_process_group_unheld_reaches_the_command_once(
+    tmp_path: Path, run: int
+) -> None:
+    """As above, the recorder running freely (the order left to the scheduler)."""
+    counted, status = counted_sigints(tmp_path, lambda p: os.killpg(p.pid, signal.SIGINT))
+    assert counted == ["SIGINT"]
+    assert status == 7
+
+
+def test_a_sigint_to_the_recorder_alone_reaches_the_command_once(tmp_path: Path) -> None:
+    counted, status = counted_sigints(tmp_path, lambda p: p.send_signal(signal.SIGINT))
+    assert counted == ["SIGINT"]
+    assert status == 7
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["group", "recorder"])
+def test_a_sigkill_to_the_recorder_ends_the_command(tmp_path: Path, group: bool) -> None:
+    """Without a terminal the command has its own process group; a SIGKILL to the
+    recorder's group (a batch system's last resort) or to the recorder still ends it."""
+    pidfile = tmp_path / "pid"
+    proc = record(
+        "--output",
+        str(tmp_path / "r.jsonl"),
+        "--",
+        sys.executable,
+        "-c",
+        SLEEPER,
+        str(pidfile),
+        start_new_session=True,
+    )
+    try:
+        child = wait_for_pid(pidfile)
+        assert os.getpgid(child) != os.getpgid(proc.pid)
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{child}").exists() and not zombie(child):
+            assert time.monotonic() < deadline, "the command outlived the recorder"
+            time.sleep(0.02)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    return False
 
 
 def test_a_missing_command_exits_127(tmp_path: Path) -> None:
