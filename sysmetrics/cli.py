@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import difflib
 import errno
 import importlib.metadata
 import mmap
 import os
+import re
 import select
 import shutil
 import signal
@@ -107,6 +109,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     # Defaults are written into the help strings: ArgumentDefaultsHelpFormatter would
     # add "(default: None)" to the options that have none.
     rec.add_argument(
+        "-o",
         "--output",
         default="sysmetrics-run.jsonl",
         metavar="PATH",
@@ -282,6 +285,51 @@ def _own_group() -> Callable[[], None]:
     return setup
 
 
+# The monitor's options that record's flags set, by flag: its messages name the option.
+FLAGS = {
+    "interval": "--interval",
+    "disk_paths": "--disk-path",
+    "gpu_ids": "--gpu-ids",
+    "open_metrics": "--open-metrics",
+}
+
+
+def _in_flags(message: str) -> str:
+    """The monitor's ``message`` about one of its options, naming record's flag instead.
+
+    ``interval=0 is invalid: ...`` becomes ``argument --interval: 0 is invalid: ...``,
+    ``disk_paths contains '/x', which does not exist: ...`` becomes ``argument
+    --disk-path: '/x' does not exist: ...``; another message is left as it is.
+    """
+    for option, flag in FLAGS.items():
+        found = re.match(rf"{option}(=| contains | name |\[(.*?)\]=)(.*)", message, re.S)
+        if found is None:
+            continue
+        how, key, rest = found.groups()
+        if how == " contains ":
+            rest = rest.replace(", which ", " ", 1)
+        elif how == " name ":
+            rest = f"name {rest}"
+        elif key is not None:  # open_metrics['name']='url' ...
+            rest = f"{key.strip(chr(39))}={rest}"
+        elif listed := re.match(r"\[([^\]]*)\](.*)", rest, re.S):  # gpu_ids=[0, 1] ...
+            rest = listed.group(1).replace(", ", ",") + listed.group(2)  # as typed: 0,1
+        return f"argument {flag}: {rest}"
+    return message
+
+
+def _unknown(extra: list[str], parser: argparse.ArgumentParser) -> str:
+    """``unrecognized arguments: ...``, with the closest flag of ``parser`` for each."""
+    # Compared without their dashes, which every flag shares.
+    flags = {f.lstrip("-"): f for action in parser._actions for f in action.option_strings}
+    parts = []
+    for arg in extra:
+        typed = arg.partition("=")[0].lstrip("-")
+        close = difflib.get_close_matches(typed, list(flags), n=1, cutoff=0.6)
+        parts.append(f"{arg} (did you mean {flags[close[0]]}?)" if close else arg)
+    return "unrecognized arguments: " + " ".join(parts)
+
+
 def _status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
@@ -302,15 +350,15 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:  # every option is checked before the command starts, with the monitor's messages
         SystemMonitor(args.interval, **options).stop()
     except (TypeError, ValueError, ImportError, OSError) as exc:
-        parser.error(str(exc))
+        parser.error(_in_flags(str(exc)))
     # The exporter before the run file: no file is left behind when it cannot start.
     exporter = _exporter(proxy, args.prometheus_port, parser)
     try:
-        os.close(os.open(args.output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        made = _run_file(args.output)
     except OSError as exc:
         if exporter is not None:
             exporter.close()
-        parser.error(str(exc))
+        parser.error(f"argument --output: cannot write {args.output!r}: {exc.strerror or exc}")
     if exporter is not None and args.prometheus_port == 0:  # a free port: say which
         url = f"http://127.0.0.1:{exporter.port}/metrics"
         print(f"{parser.prog}: serving {url}", file=sys.stderr)
@@ -343,11 +391,17 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             setup = None if shared else _own_group()
             children.append(subprocess.Popen(command, env=env, preexec_fn=setup))
         except FileNotFoundError:
+            _unmake(args.output, made)
             print(f"{parser.prog}: {command[0]}: command not found", file=sys.stderr)
             return 127
         except OSError as exc:  # as a shell: not executable, no shebang (ENOEXEC), ...
+            _unmake(args.output, made)
             print(f"{parser.prog}: {command[0]}: {exc.strerror or exc}", file=sys.stderr)
             return 126
+        if made is None:
+            print(
+                f"{parser.prog}: appending to the existing run file {args.output}", file=sys.stderr
+            )
         child = children[0]
         try:
             _watch(child, args, options, step_file, proxy)
@@ -362,6 +416,37 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if exporter is not None:
             exporter.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_file(path: str) -> os.stat_result | None:
+    """Check that the run file ``path`` can be written, before the command starts.
+
+    Returns the new file's status where this made it (empty: :func:`_unmake` removes it
+    if the command cannot start), None where it existed (it is appended to).
+
+    Raises:
+        OSError: it cannot be opened for writing, nor created.
+
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+        return None
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _unmake(path: str, made: os.stat_result | None) -> None:
+    """Remove the run file :func:`_run_file` made, if it is still that empty file."""
+    if made is None:
+        return
+    with contextlib.suppress(OSError):
+        st = os.stat(path)
+        if (st.st_dev, st.st_ino, st.st_size) == (made.st_dev, made.st_ino, 0):
+            os.unlink(path)
 
 
 def _exporter(
@@ -494,7 +579,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (``sys.argv[1:]`` by default); return the status."""
     with _short_warnings():
         parser, subparsers = _parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # the subcommand's usage, not the top level's
+            sub = subparsers[args.subcommand]
+            sub.error(_unknown(extra, sub))
         if args.subcommand == "report":
             return report.report_command(args, subparsers["report"])
         return record(args, subparsers["record"])

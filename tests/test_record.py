@@ -366,11 +366,34 @@ def zombie(pid: int) -> bool:
     return False
 
 
-def test_a_missing_command_exits_127(tmp_path: Path) -> None:
-    proc = record("--output", str(tmp_path / "r.jsonl"), "--", "no-such-command-sysmetrics")
+def test_a_missing_command_exits_127_without_a_run_file(tmp_path: Path) -> None:
+    """Regression: an empty run file was left behind when the command was not found."""
+    run = tmp_path / "r.jsonl"
+    proc = record("--output", str(run), "--", "no-such-command-sysmetrics")
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 127
-    assert "sysmetrics record: no-such-command-sysmetrics: command not found" in err
+    assert err == "sysmetrics record: no-such-command-sysmetrics: command not found\n"
+    assert not run.exists()
+    # An existing run file is left as it was: nothing appended, no "appending" line.
+    run.write_text('{"earlier": 1}\n')
+    proc = record("--output", str(run), "--", "no-such-command-sysmetrics")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 127
+    assert err == "sysmetrics record: no-such-command-sysmetrics: command not found\n"
+    assert run.read_text() == '{"earlier": 1}\n'
+
+
+def test_appending_to_an_existing_run_file_is_said(tmp_path: Path) -> None:
+    run = tmp_path / "r.jsonl"
+    command = ["--interval", "0.1", "--", sys.executable, "-c", "pass"]
+    first = run_record("record", "-o", str(run), *command)  # -o, as report takes it
+    assert first.returncode == 0, first.stderr
+    assert "appending" not in first.stderr
+    n = len(lines(run))
+    second = run_record("record", "--output", str(run), *command)
+    assert second.returncode == 0, second.stderr
+    assert f"sysmetrics record: appending to the existing run file {run}\n" in second.stderr
+    assert len(lines(run)) > n
 
 
 def test_a_bad_option_exits_2_before_the_command(tmp_path: Path) -> None:
@@ -387,8 +410,65 @@ def test_a_bad_option_exits_2_before_the_command(tmp_path: Path) -> None:
     )
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
-    assert "sysmetrics record: error: interval=0 is invalid: it must be a number of seconds" in err
+    assert (
+        "sysmetrics record: error: argument --interval: 0 is invalid: it must be a number of "
+        "seconds between 0.01 and 3600\n"
+    ) in err
     assert not marker.exists()
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--disk-path", "/no/such/dir"],
+            "argument --disk-path: '/no/such/dir' does not exist: each entry must be an "
+            "existing path whose filesystem to watch",
+        ),
+        (
+            ["--open-metrics", "gpu=ftp://h/m"],
+            "argument --open-metrics: gpu='ftp://h/m' is invalid: use an http:// or https:// URL",
+        ),
+        (
+            ["--open-metrics", "a b=http://h/m"],
+            "argument --open-metrics: name 'a b' is invalid: use letters, digits, _ and -",
+        ),
+        (
+            ["--output", "/no/such/dir/r.jsonl"],
+            "argument --output: cannot write '/no/such/dir/r.jsonl': No such file or directory",
+        ),
+    ],
+    ids=["disk-path", "open-metrics-url", "open-metrics-name", "output"],
+)
+def test_errors_name_the_flag_typed(tmp_path: Path, args: list[str], message: str) -> None:
+    """Regression: the monitor's messages named its options (``disk_paths contains ...``),
+    which a user of the command line never typed."""
+    proc = run_record("record", "-o", str(tmp_path / "r.jsonl"), *args, "--", "true")
+    assert proc.returncode == 2
+    assert proc.stderr.endswith(f"sysmetrics record: error: {message}\n"), proc.stderr
+    assert "disk_paths" not in proc.stderr and "open_metrics" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "suggestion"),
+    [("--outptu", "--output"), ("--disk-paths", "--disk-path"), ("--gpu_ids=0", "--gpu-ids")],
+)
+def test_an_unknown_flag_gets_records_usage_and_a_suggestion(
+    tmp_path: Path, flag: str, suggestion: str
+) -> None:
+    """Regression: the top level's usage (``sysmetrics [-h] [--version] {record,report}``)
+    and no hint."""
+    run = tmp_path / "r.jsonl"
+    proc = run_record("record", "-o", str(run), flag, "--", "true")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: sysmetrics record [-h] [-o PATH]"), proc.stderr
+    assert proc.stderr.endswith(
+        f"sysmetrics record: error: unrecognized arguments: {flag} (did you mean {suggestion}?)\n"
+    )
+    assert not run.exists()
+    far = run_record("record", "-o", str(run), "--bogus", "--", "true")
+    assert far.stderr.endswith("sysmetrics record: error: unrecognized arguments: --bogus\n")
 
 
 def test_step_without_the_recorder_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
