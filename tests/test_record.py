@@ -79,6 +79,24 @@ def test_records_the_commands_load_memory_and_steps(tmp_path: Path) -> None:
     assert out.stat().st_size == 50 * 2**20
 
 
+def test_the_recorders_step_file_takes_the_commands_steps(tmp_path: Path) -> None:
+    """The real path: the recorder makes the step file, the command's ``step()`` accepts
+    it (no warning) and writes, and the samples carry the steps."""
+    run = tmp_path / "run.jsonl"
+    code = (
+        "import time, warnings, sysmetrics\n"
+        "warnings.simplefilter('error')\n"
+        "for i in (5, 6, 7):\n"
+        "    sysmetrics.step(i)\n"
+        "    time.sleep(0.3)\n"
+    )
+    proc = record("-o", str(run), "--interval", "0.1", "--", sys.executable, "-c", code)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    marked = [s["step"] for s in lines(run) if s["step"] is not None]
+    assert set(marked) == {5, 6, 7} and marked == sorted(marked), marked
+
+
 @pytest.mark.parametrize("code", [0, 3])
 def test_the_exit_code_passes_through(tmp_path: Path, code: int) -> None:
     proc = record(
