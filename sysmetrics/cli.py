@@ -3,19 +3,24 @@
 ``record`` runs COMMAND, watches its process tree with a :class:`SystemMonitor` and writes
 the samples to a run file (:class:`~sysmetrics.sinks.jsonl.JsonlSink`), stamped with the
 step the command marks with :func:`sysmetrics.step`. It forwards SIGINT and SIGTERM to the
-command (not a SIGINT when the command is in the terminal's foreground process group: a
-Ctrl-C reached it already) and exits with the command's exit status (128+N when it died of
-signal N).
+command and exits with the command's exit status (128+N when it died of signal N). The
+command gets each SIGINT once: without a terminal it runs in a process group of its own
+(a signal to the recorder's group reaches it only forwarded); with one it shares the
+recorder's group, and a SIGINT is not forwarded while it is in the terminal's foreground
+(Ctrl-C reached it already). See :func:`_own_group`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import difflib
 import errno
 import importlib.metadata
 import mmap
 import os
+import re
 import select
 import shutil
 import signal
@@ -24,16 +29,15 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sysmetrics import report
+from sysmetrics import report, steps
 from sysmetrics.collectors.base import SystemMetricsWarning
 from sysmetrics.live import LiveView
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.sinks.jsonl import JsonlSink
-from sysmetrics.steps import ENV, WIDTH
 
 if TYPE_CHECKING:
     from sysmetrics.sinks.prometheus import PrometheusExporter
@@ -105,6 +109,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     # Defaults are written into the help strings: ArgumentDefaultsHelpFormatter would
     # add "(default: None)" to the options that have none.
     rec.add_argument(
+        "-o",
         "--output",
         default="sysmetrics-run.jsonl",
         metavar="PATH",
@@ -172,7 +177,7 @@ class _StepReader(threading.Thread):
         self.monitor = monitor
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:  # mapped, as the command maps it: two reads take ~0.1 us, two preads ~2 us
-            self.map = mmap.mmap(fd, WIDTH, access=mmap.ACCESS_READ)
+            self.map = mmap.mmap(fd, steps.SIZE, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
         self.done = threading.Event()
@@ -183,10 +188,11 @@ class _StepReader(threading.Thread):
         A read that raced a write (two reads that differ) is tried again, up to
         ``STEP_TRIES`` times: a loop that marks a step every microsecond still gets read.
         """
+        start = len(steps.MAGIC)  # the header, then the step
         with contextlib.suppress(ValueError):
-            text = self.map[:]
+            text = self.map[start:]
             for _ in range(STEP_TRIES):
-                again = self.map[:]
+                again = self.map[start:]
                 if again == text:
                     self.monitor.step = int(text.decode())
                     return
@@ -233,6 +239,102 @@ def _in_foreground(pid: int) -> bool:
         os.close(fd)
 
 
+def _has_terminal() -> bool:
+    """Whether this process has a controlling terminal (``/dev/tty`` opens)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # ENXIO: no controlling terminal
+        return False
+    os.close(fd)
+    return True
+
+
+# Why the command gets its own process group only without a terminal.
+#
+# A signal sent to a process group reaches every process in it, and the recorder cannot
+# tell a SIGINT sent to its group from one sent to it alone (``kill(-pgid)`` and
+# ``kill(pid)`` give the same ``siginfo``: ``SI_USER`` and the sender's pid). So either the
+# command is in the recorder's group and the recorder must not forward a group's SIGINT (but
+# then one sent to the recorder alone is lost), or it is in a group of its own and the
+# recorder forwards every one (the group's copy never reaches it). The second gives exactly
+# one copy for ``kill -INT -PGID`` and ``kill -INT RECORDER_PID`` alike, and is used
+# without a terminal. With a terminal, the command must stay in the terminal's foreground
+# group to read it and for Ctrl-C and Ctrl-Z to work (a group of its own would need the
+# recorder to do a shell's job control), so it shares the recorder's group there, and a
+# SIGINT is not forwarded while the command is in the foreground: Ctrl-C reached it.
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent ends
+
+
+def _own_group() -> Callable[[], None]:
+    """What the command runs before ``exec`` without a terminal (see the comment above).
+
+    It makes a process group of its own, so that a signal sent to the recorder's group
+    reaches it only as the recorder forwards it: exactly once. On Linux it also asks for
+    SIGKILL when the recorder ends, so that a SIGKILL sent to the recorder's group (a
+    batch system's last resort) still ends the command, as it did in the same group.
+    """
+    parent = os.getpid()
+    prctl: Any = None
+    if sys.platform.startswith("linux"):  # resolved here: the child only calls it
+        with contextlib.suppress(OSError, AttributeError):
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def setup() -> None:
+        os.setpgid(0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            if os.getppid() != parent:  # the recorder ended before the request
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return setup
+
+
+# The monitor's options that record's flags set, by flag: its messages name the option.
+FLAGS = {
+    "interval": "--interval",
+    "disk_paths": "--disk-path",
+    "gpu_ids": "--gpu-ids",
+    "open_metrics": "--open-metrics",
+}
+
+
+def _in_flags(message: str) -> str:
+    """The monitor's ``message`` about one of its options, naming record's flag instead.
+
+    ``interval=0 is invalid: ...`` becomes ``argument --interval: 0 is invalid: ...``,
+    ``disk_paths contains '/x', which does not exist: ...`` becomes ``argument
+    --disk-path: '/x' does not exist: ...``; another message is left as it is.
+    """
+    for option, flag in FLAGS.items():
+        found = re.match(rf"{option}(=| contains | name |\[(.*?)\]=)(.*)", message, re.S)
+        if found is None:
+            continue
+        how, key, rest = found.groups()
+        if how == " contains ":
+            rest = rest.replace(", which ", " ", 1)
+        elif how == " name ":
+            rest = f"name {rest}"
+        elif key is not None:  # open_metrics['name']='url' ...
+            rest = f"{key.strip(chr(39))}={rest}"
+        elif listed := re.match(r"\[([^\]]*)\](.*)", rest, re.S):  # gpu_ids=[0, 1] ...
+            rest = listed.group(1).replace(", ", ",") + listed.group(2)  # as typed: 0,1
+        return f"argument {flag}: {rest}"
+    return message
+
+
+def _unknown(extra: list[str], parser: argparse.ArgumentParser) -> str:
+    """``unrecognized arguments: ...``, with the closest flag of ``parser`` for each."""
+    # Compared without their dashes, which every flag shares.
+    flags = {f.lstrip("-"): f for action in parser._actions for f in action.option_strings}
+    parts = []
+    for arg in extra:
+        typed = arg.partition("=")[0].lstrip("-")
+        close = difflib.get_close_matches(typed, list(flags), n=1, cutoff=0.6)
+        parts.append(f"{arg} (did you mean {flags[close[0]]}?)" if close else arg)
+    return "unrecognized arguments: " + " ".join(parts)
+
+
 def _status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
@@ -255,20 +357,26 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:  # every option is checked before the command starts, with the monitor's messages
         SystemMonitor(args.interval, **options).stop()
     except (TypeError, ValueError, ImportError, OSError) as exc:
-        parser.error(str(exc))
+        parser.error(_in_flags(str(exc)))
     # The exporter before the run file: no file is left behind when it cannot start.
     exporter = _exporter(proxy, args.prometheus_port, parser)
     try:
-        os.close(os.open(args.output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        made = _run_file(args.output)
     except OSError as exc:
         if exporter is not None:
             exporter.close()
-        parser.error(str(exc))
+        parser.error(f"argument --output: cannot write {args.output!r}: {exc.strerror or exc}")
     if exporter is not None and args.prometheus_port == 0:  # a free port: say which
         url = f"http://127.0.0.1:{exporter.port}/metrics"
         print(f"{parser.prog}: serving {url}", file=sys.stderr)
     tmp = tempfile.mkdtemp(prefix="sysmetrics-")
     children: list[subprocess.Popen[bytes]] = []
+
+    # With a terminal, the command shares our process group, as a shell's pipeline does:
+    # it reads the terminal, and Ctrl-C or Ctrl-Z reach it as they reach us. Without one,
+    # it gets a group of its own, so that a signal sent to our group (a batch system or CI
+    # cancelling the job) reaches it once, forwarded by us (see _own_group).
+    shared = sys.platform == "win32" or _has_terminal()
 
     def forward(signum: int, frame: FrameType | None) -> None:
         # os.kill, not send_signal: that reaps an exited child, which _wait_exited leaves
@@ -276,7 +384,7 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         for child in children:
             # Ctrl-C in a terminal signals its whole foreground process group: the command
             # has its SIGINT already, and a second one would interrupt its cleanup.
-            if signum == signal.SIGINT and _in_foreground(child.pid):
+            if signum == signal.SIGINT and shared and _in_foreground(child.pid):
                 continue
             if child.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -284,17 +392,23 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     try:
-        step_file = os.path.join(tmp, "step")
-        with open(step_file, "wb") as f:
-            f.write(b" " * WIDTH)
+        step_file = steps.create(tmp)  # tmp is private (mkdtemp: 0700), as step() checks
         try:
-            children.append(subprocess.Popen(command, env={**os.environ, ENV: step_file}))
+            env = {**os.environ, steps.ENV: step_file}
+            setup = None if shared else _own_group()
+            children.append(subprocess.Popen(command, env=env, preexec_fn=setup))
         except FileNotFoundError:
+            _unmake(args.output, made)
             print(f"{parser.prog}: {command[0]}: command not found", file=sys.stderr)
             return 127
         except OSError as exc:  # as a shell: not executable, no shebang (ENOEXEC), ...
+            _unmake(args.output, made)
             print(f"{parser.prog}: {command[0]}: {exc.strerror or exc}", file=sys.stderr)
             return 126
+        if made is None:
+            print(
+                f"{parser.prog}: appending to the existing run file {args.output}", file=sys.stderr
+            )
         child = children[0]
         try:
             _watch(child, args, options, step_file, proxy)
@@ -309,6 +423,37 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if exporter is not None:
             exporter.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_file(path: str) -> os.stat_result | None:
+    """Check that the run file ``path`` can be written, before the command starts.
+
+    Returns the new file's status where this made it (empty: :func:`_unmake` removes it
+    if the command cannot start), None where it existed (it is appended to).
+
+    Raises:
+        OSError: it cannot be opened for writing, nor created.
+
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+        return None
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _unmake(path: str, made: os.stat_result | None) -> None:
+    """Remove the run file :func:`_run_file` made, if it is still that empty file."""
+    if made is None:
+        return
+    with contextlib.suppress(OSError):
+        st = os.stat(path)
+        if (st.st_dev, st.st_ino, st.st_size) == (made.st_dev, made.st_ino, 0):
+            os.unlink(path)
 
 
 def _exporter(
@@ -441,7 +586,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (``sys.argv[1:]`` by default); return the status."""
     with _short_warnings():
         parser, subparsers = _parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # the subcommand's usage, not the top level's
+            sub = subparsers[args.subcommand]
+            sub.error(_unknown(extra, sub))
         if args.subcommand == "report":
             return report.report_command(args, subparsers["report"])
         return record(args, subparsers["record"])

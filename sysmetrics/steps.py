@@ -1,21 +1,70 @@
 """Step markers for a program run under ``sysmetrics record``.
 
-``sysmetrics record`` creates a small file of :data:`WIDTH` spaces and names it in the
-``SYSMETRICS_STEP_FILE`` environment variable of the command it runs; :func:`step` writes
-the current step into it, and the recorder reads it at every sample. Outside ``sysmetrics
-record`` (the variable unset) or where the file cannot be opened, :func:`step` does nothing.
+``sysmetrics record`` creates a step file with :func:`create` in a private directory of
+its own (``mkdtemp``: mode 0700) and names it in the ``SYSMETRICS_STEP_FILE`` environment
+variable of the command it runs; :func:`step` writes the current step into it, and the
+recorder reads it at every sample.
+
+The file is :data:`MAGIC` followed by :data:`WIDTH` bytes holding the step, padded with
+spaces. :func:`step` writes only into such a file: a regular file (not a link) of exactly
+:data:`SIZE` bytes that starts with :data:`MAGIC`, owned by this user, in a directory
+owned by this user that no one else may enter. Anything else named by the variable (an
+unrelated file, a FIFO, a device) is left untouched, with one
+:class:`~sysmetrics.SystemMetricsWarning`. Outside ``sysmetrics record`` (the variable
+unset) :func:`step` does nothing.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import stat
+import warnings
+
+from sysmetrics.collectors.base import SystemMetricsWarning
 
 ENV = "SYSMETRICS_STEP_FILE"
-WIDTH = 20  # bytes of the step file; each step overwrites them all, padded with spaces
+MAGIC = b"sysmetrics step file 1\n"  # the first bytes of every step file
+WIDTH = 20  # bytes of the step; each step overwrites them all, padded with spaces
+SIZE = len(MAGIC) + WIDTH  # bytes of a step file, exactly
 
 _map: mmap.mmap | None = None  # the step file, mapped, once opened
 _tried = False  # whether opening it was tried (it is tried once)
+
+
+def create(directory: str) -> str:
+    """Create the step file in ``directory`` (private to this user) and return its path.
+
+    Raises:
+        OSError: the file cannot be created (it exists already, among others).
+
+    """
+    path = os.path.join(directory, "step")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, MAGIC + b" " * WIDTH)
+    finally:
+        os.close(fd)
+    return path
+
+
+def refusal(path: str, fd: int) -> str | None:
+    """Why the open file ``fd`` (at ``path``) is not a step file, or None where it is one."""
+    st = os.fstat(fd)
+    uid = os.geteuid() if hasattr(os, "geteuid") else st.st_uid  # no owners on Windows
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_uid != uid:
+        return "it belongs to another user"
+    if st.st_size != SIZE:
+        return f"it has {st.st_size} bytes, not {SIZE}"
+    os.lseek(fd, 0, os.SEEK_SET)
+    if os.read(fd, len(MAGIC)) != MAGIC:
+        return "it does not start with the step file's header"
+    parent = os.stat(os.path.dirname(os.path.abspath(path)))
+    if hasattr(os, "geteuid") and (parent.st_uid != uid or parent.st_mode & 0o077):
+        return "its directory is not private to this user (made by the recorder, mode 0700)"
+    return None
 
 
 def _open() -> mmap.mmap | None:
@@ -25,24 +74,39 @@ def _open() -> mmap.mmap | None:
     if not path:
         return None
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO never blocks the open; O_NOCTTY: a terminal is never taken.
+        flags = os.O_RDWR
+        for name in ("O_CLOEXEC", "O_NOFOLLOW", "O_NONBLOCK", "O_NOCTTY"):  # where they exist
+            flags |= getattr(os, name, 0)
+        fd = os.open(path, flags)
         try:
-            _map = mmap.mmap(fd, WIDTH)
+            why = refusal(path, fd)
+            if why is None:
+                _map = mmap.mmap(fd, SIZE)
         finally:
             os.close(fd)
-    except (OSError, ValueError):  # missing, unreadable, or shorter than WIDTH
-        return None
+    except (OSError, ValueError) as exc:  # missing, unreadable, a link
+        why = f"it cannot be opened ({exc.strerror if isinstance(exc, OSError) else exc})"
+    if why is not None:
+        warnings.warn(
+            f"sysmetrics: {ENV}={path[:120]!r} names no step file made by sysmetrics record "
+            f"({why}); sysmetrics.step() marks no steps in this process",
+            SystemMetricsWarning,
+            stacklevel=3,
+        )
     return _map
 
 
 def step(n: int) -> None:
     """Mark the current training step ``n`` for ``sysmetrics record``.
 
-    The first call maps the file named by ``SYSMETRICS_STEP_FILE`` into memory; each call
-    then writes ``n`` into the mapping, with no system call (a few hundred ns, mostly
-    formatting ``n``). Without the variable, or where the file cannot be opened, every call
-    returns at once. A step longer than 20 characters is skipped (never an error in the
-    loop); the recorder ignores what does not read as an integer.
+    The first call maps the step file named by ``SYSMETRICS_STEP_FILE`` into memory; each
+    call then writes ``n`` into the mapping, with no system call (a few hundred ns, mostly
+    formatting ``n``). Without the variable every call returns at once; where it names
+    no step file made by the recorder (see the module), the file is never written: the
+    first call warns once, the others return at once. A step longer than 20 characters
+    is skipped (never an error in the loop); the recorder ignores what does not read as
+    an integer.
     """
     m = _map
     if m is None and (_tried or (m := _open()) is None):
@@ -52,4 +116,4 @@ def step(n: int) -> None:
     except (TypeError, ValueError):  # not formattable (a tensor of several elements, ...)
         return
     if len(data) == WIDTH:
-        m[:WIDTH] = data
+        m[len(MAGIC) : SIZE] = data

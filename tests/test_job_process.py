@@ -31,8 +31,56 @@ LINUX = sys.platform.startswith("linux")
 
 IDLE = "import time; time.sleep(600)"
 SPIN = "while True: pass"
-# Exits once its parent has ended (re-parented), so no worker outlives the test.
-ORPHAN_EXIT = "import os, time\np = os.getppid()\nwhile os.getppid() == p: time.sleep(0.05)"
+# Exits once its parent, whose pid is its argument, has ended (it was re-parented), so no
+# worker outlives the test. The pid is given, not read with getppid() at start: a parent
+# killed before the worker's interpreter got that far left a worker that read its new
+# parent (init) and slept for good.
+ORPHAN_EXIT = (
+    "import os, sys, time\np = int(sys.argv[1])\nwhile os.getppid() == p: time.sleep(0.05)"
+)
+# Every process the module starts carries it in its environment (a value of its own).
+MARK = "SYSMETRICS_TEST_JOB_PROCESS"
+
+
+def marked(token: str) -> list[int]:
+    """The pids of the processes (of any parent) whose environment holds ``MARK=token``."""
+    tag = f"{MARK}={token}".encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
+            with contextlib.suppress(OSError):  # gone, or another user's
+                if tag in (entry / "environ").read_bytes() and not zombie(int(entry.name)):
+                    found.append(int(entry.name))
+    return found
+
+
+def zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    return False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_process_outlives_the_module() -> Iterator[None]:
+    """After the module's tests, no process any of them started is left (orphans
+    included, whoever their parent is now): found by a mark in their environment, they
+    have 5 s to exit, and are then killed and reported."""
+    if not LINUX:
+        yield
+        return
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(MARK, token)
+        yield
+    deadline = time.monotonic() + 5
+    while (left := marked(token)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    commands = {}
+    for pid in left:
+        with contextlib.suppress(OSError):
+            commands[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            os.kill(pid, 9)
+    assert not left, f"processes outlived the tests: {commands}"
 
 
 @pytest.fixture(params=SOURCES)
@@ -44,8 +92,9 @@ def source(request: pytest.FixtureRequest) -> HostSource:
 def with_workers(n: int) -> Iterator[subprocess.Popen[bytes]]:
     """A child Python with ``n`` idle workers of its own, returned once they run."""
     code = (
-        "import subprocess, sys, time\n"
-        f"w = [subprocess.Popen([sys.executable, '-c', {ORPHAN_EXIT!r}]) for _ in range({n})]\n"
+        "import os, subprocess, sys, time\n"
+        f"w = [subprocess.Popen([sys.executable, '-c', {ORPHAN_EXIT!r}, str(os.getpid())])\n"
+        f"     for _ in range({n})]\n"
         "print('ready', flush=True)\ntime.sleep(600)"
     )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)

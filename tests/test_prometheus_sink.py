@@ -3,6 +3,7 @@ prometheus_client's parser, behind a real SystemMonitor on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
@@ -15,6 +16,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ pytest.importorskip("prometheus_client", reason="needs the [prometheus] extra")
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sysmetrics import SystemMonitor, _optional
+from sysmetrics import SystemMetricsWarning, SystemMonitor, _optional
 from sysmetrics.collectors import host_collectors
 from sysmetrics.sinks import PrometheusExporter, serve
 from tests import debian
@@ -233,9 +235,27 @@ def test_every_interface_is_an_explicit_choice(monitor: SystemMonitor) -> None:
     defaults = inspect.signature(PrometheusExporter).parameters
     assert (defaults["port"].default, defaults["addr"].default) == (9464, "127.0.0.1")
     assert inspect.signature(serve).parameters["addr"].default == "127.0.0.1"
-    with PrometheusExporter(monitor, port=0, addr="0.0.0.0") as ex:
+    with contextlib.ExitStack() as stack:
+        with pytest.warns(SystemMetricsWarning, match="has no authentication") as caught:
+            ex = stack.enter_context(PrometheusExporter(monitor, port=0, addr="0.0.0.0"))
         assert ex.url == f"http://0.0.0.0:{ex.port}/metrics"
         assert "sysmetrics_gpu_utilization_percent" in scrape(f"http://127.0.0.1:{ex.port}/")
+    assert len(caught) == 1
+    assert str(caught[0].message) == (
+        f"sysmetrics: the Prometheus endpoint http://0.0.0.0:{ex.port}/metrics has no "
+        "authentication and is reachable from other machines: anyone who can connect to "
+        f"port {ex.port} can read the metrics (host name, paths, processes); listen on "
+        "127.0.0.1 (the default) unless the port is firewalled or behind a proxy that "
+        "authenticates"
+    )
+    assert caught[0].filename == __file__  # the caller's line
+
+
+def test_a_loopback_endpoint_does_not_warn(monitor: SystemMonitor) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for addr in ("127.0.0.1", "localhost"):
+            PrometheusExporter(monitor, port=0, addr=addr).close()
 
 
 def test_ipv6_loopback(monitor: SystemMonitor) -> None:

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import sysmetrics
@@ -76,6 +77,24 @@ def test_records_the_commands_load_memory_and_steps(tmp_path: Path) -> None:
     assert marked == sorted(marked)
     assert all(s["step"] is None for s in samples[: len(samples) - len(marked)])
     assert out.stat().st_size == 50 * 2**20
+
+
+def test_the_recorders_step_file_takes_the_commands_steps(tmp_path: Path) -> None:
+    """The real path: the recorder makes the step file, the command's ``step()`` accepts
+    it (no warning) and writes, and the samples carry the steps."""
+    run = tmp_path / "run.jsonl"
+    code = (
+        "import time, warnings, sysmetrics\n"
+        "warnings.simplefilter('error')\n"
+        "for i in (5, 6, 7):\n"
+        "    sysmetrics.step(i)\n"
+        "    time.sleep(0.3)\n"
+    )
+    proc = record("-o", str(run), "--interval", "0.1", "--", sys.executable, "-c", code)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    marked = [s["step"] for s in lines(run) if s["step"] is not None]
+    assert set(marked) == {5, 6, 7} and marked == sorted(marked), marked
 
 
 @pytest.mark.parametrize("code", [0, 3])
@@ -242,11 +261,157 @@ def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path: Path) -> None:
     assert proc.returncode == 7, output
 
 
-def test_a_missing_command_exits_127(tmp_path: Path) -> None:
-    proc = record("--output", str(tmp_path / "r.jsonl"), "--", "no-such-command-sysmetrics")
+def counted_sigints(tmp_path: Path, send: Any) -> tuple[list[str], int]:
+    """The SIGINTs a command counts after ``send(recorder)``, and the recorder's status.
+
+    The recorder runs as a batch system or CI runner starts a job: in a new session (a
+    process group of its own, no terminal).
+    """
+    count, ready = tmp_path / "count", tmp_path / "ready"
+    proc = record(
+        "--output",
+        str(tmp_path / "r.jsonl"),
+        "--interval",
+        "0.1",
+        "--",
+        sys.executable,
+        "-c",
+        COUNTS_SIGINT,
+        str(count),
+        str(ready),
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert time.monotonic() < deadline, "the command did not start"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.02)
+        send(proc)
+        proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return (count.read_text().splitlines() if count.exists() else []), proc.returncode
+
+
+def sigint_to_the_group(proc: subprocess.Popen[str], count: Path) -> None:
+    """``kill -INT -PGID`` of the recorder's group, the recorder reacting last.
+
+    The recorder is held stopped until the command has taken the copy the group's signal
+    gave it directly, where it shares the recorder's group: a forwarded copy sent while
+    that one is still pending would merge with it (which hid the fault in some runs).
+    """
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while not stopped(proc.pid):
+        assert time.monotonic() < deadline, "the recorder did not stop"
+        time.sleep(0.01)
+    try:
+        (command,) = psutil.Process(proc.pid).children()
+        os.killpg(proc.pid, signal.SIGINT)
+        if os.getpgid(command.pid) == proc.pid:  # the group's signal reached it
+            while not count.exists():
+                assert time.monotonic() < deadline, "no SIGINT"
+                time.sleep(0.01)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+
+
+@pytest.mark.parametrize("run", range(5))
+def test_a_sigint_to_the_process_group_reaches_the_command_once(tmp_path: Path, run: int) -> None:
+    """Regression: ``kill -INT -PGID`` without a terminal (how batch systems and CI cancel
+    a job) reached the command twice, the group's copy and the recorder's forwarded one: a
+    second KeyboardInterrupt in its cleanup (3 runs in 5). Five runs, five times once."""
+    count = tmp_path / "count"
+    counted, status = counted_sigints(tmp_path, lambda p: sigint_to_the_group(p, count))
+    assert counted == ["SIGINT"]
+    assert status == 7
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_a_sigint_to_the_process_group_unheld_reaches_the_command_once(
+    tmp_path: Path, run: int
+) -> None:
+    """As above, the recorder running freely (the order left to the scheduler)."""
+    counted, status = counted_sigints(tmp_path, lambda p: os.killpg(p.pid, signal.SIGINT))
+    assert counted == ["SIGINT"]
+    assert status == 7
+
+
+def test_a_sigint_to_the_recorder_alone_reaches_the_command_once(tmp_path: Path) -> None:
+    counted, status = counted_sigints(tmp_path, lambda p: p.send_signal(signal.SIGINT))
+    assert counted == ["SIGINT"]
+    assert status == 7
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["group", "recorder"])
+def test_a_sigkill_to_the_recorder_ends_the_command(tmp_path: Path, group: bool) -> None:
+    """Without a terminal the command has its own process group; a SIGKILL to the
+    recorder's group (a batch system's last resort) or to the recorder still ends it."""
+    pidfile = tmp_path / "pid"
+    proc = record(
+        "--output",
+        str(tmp_path / "r.jsonl"),
+        "--",
+        sys.executable,
+        "-c",
+        SLEEPER,
+        str(pidfile),
+        start_new_session=True,
+    )
+    try:
+        child = wait_for_pid(pidfile)
+        assert os.getpgid(child) != os.getpgid(proc.pid)
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{child}").exists() and not zombie(child):
+            assert time.monotonic() < deadline, "the command outlived the recorder"
+            time.sleep(0.02)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    return False
+
+
+def test_a_missing_command_exits_127_without_a_run_file(tmp_path: Path) -> None:
+    """Regression: an empty run file was left behind when the command was not found."""
+    run = tmp_path / "r.jsonl"
+    proc = record("--output", str(run), "--", "no-such-command-sysmetrics")
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 127
-    assert "sysmetrics record: no-such-command-sysmetrics: command not found" in err
+    assert err == "sysmetrics record: no-such-command-sysmetrics: command not found\n"
+    assert not run.exists()
+    # An existing run file is left as it was: nothing appended, no "appending" line.
+    run.write_text('{"earlier": 1}\n')
+    proc = record("--output", str(run), "--", "no-such-command-sysmetrics")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 127
+    assert err == "sysmetrics record: no-such-command-sysmetrics: command not found\n"
+    assert run.read_text() == '{"earlier": 1}\n'
+
+
+def test_appending_to_an_existing_run_file_is_said(tmp_path: Path) -> None:
+    run = tmp_path / "r.jsonl"
+    command = ["--interval", "0.1", "--", sys.executable, "-c", "pass"]
+    first = run_record("record", "-o", str(run), *command)  # -o, as report takes it
+    assert first.returncode == 0, first.stderr
+    assert "appending" not in first.stderr
+    n = len(lines(run))
+    second = run_record("record", "--output", str(run), *command)
+    assert second.returncode == 0, second.stderr
+    assert f"sysmetrics record: appending to the existing run file {run}\n" in second.stderr
+    assert len(lines(run)) > n
 
 
 def test_a_bad_option_exits_2_before_the_command(tmp_path: Path) -> None:
@@ -263,8 +428,65 @@ def test_a_bad_option_exits_2_before_the_command(tmp_path: Path) -> None:
     )
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
-    assert "sysmetrics record: error: interval=0 is invalid: it must be a number of seconds" in err
+    assert (
+        "sysmetrics record: error: argument --interval: 0 is invalid: it must be a number of "
+        "seconds between 0.01 and 3600\n"
+    ) in err
     assert not marker.exists()
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--disk-path", "/no/such/dir"],
+            "argument --disk-path: '/no/such/dir' does not exist: each entry must be an "
+            "existing path whose filesystem to watch",
+        ),
+        (
+            ["--open-metrics", "gpu=ftp://h/m"],
+            "argument --open-metrics: gpu='ftp://h/m' is invalid: use an http:// or https:// URL",
+        ),
+        (
+            ["--open-metrics", "a b=http://h/m"],
+            "argument --open-metrics: name 'a b' is invalid: use letters, digits, _ and -",
+        ),
+        (
+            ["--output", "/no/such/dir/r.jsonl"],
+            "argument --output: cannot write '/no/such/dir/r.jsonl': No such file or directory",
+        ),
+    ],
+    ids=["disk-path", "open-metrics-url", "open-metrics-name", "output"],
+)
+def test_errors_name_the_flag_typed(tmp_path: Path, args: list[str], message: str) -> None:
+    """Regression: the monitor's messages named its options (``disk_paths contains ...``),
+    which a user of the command line never typed."""
+    proc = run_record("record", "-o", str(tmp_path / "r.jsonl"), *args, "--", "true")
+    assert proc.returncode == 2
+    assert proc.stderr.endswith(f"sysmetrics record: error: {message}\n"), proc.stderr
+    assert "disk_paths" not in proc.stderr and "open_metrics" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "suggestion"),
+    [("--outptu", "--output"), ("--disk-paths", "--disk-path"), ("--gpu_ids=0", "--gpu-ids")],
+)
+def test_an_unknown_flag_gets_records_usage_and_a_suggestion(
+    tmp_path: Path, flag: str, suggestion: str
+) -> None:
+    """Regression: the top level's usage (``sysmetrics [-h] [--version] {record,report}``)
+    and no hint."""
+    run = tmp_path / "r.jsonl"
+    proc = run_record("record", "-o", str(run), flag, "--", "true")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: sysmetrics record [-h] [-o PATH]"), proc.stderr
+    assert proc.stderr.endswith(
+        f"sysmetrics record: error: unrecognized arguments: {flag} (did you mean {suggestion}?)\n"
+    )
+    assert not run.exists()
+    far = run_record("record", "-o", str(run), "--bogus", "--", "true")
+    assert far.stderr.endswith("sysmetrics record: error: unrecognized arguments: --bogus\n")
 
 
 def test_step_without_the_recorder_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -275,22 +497,92 @@ def test_step_without_the_recorder_does_nothing(monkeypatch: pytest.MonkeyPatch)
     assert steps._tried and steps._map is None
 
 
-def test_step_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "step"
-    path.write_bytes(b" " * steps.WIDTH)
+def fresh_step(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """``step()`` as in a new process whose ``SYSMETRICS_STEP_FILE`` names ``path``."""
     monkeypatch.setenv(steps.ENV, str(path))
     monkeypatch.setattr(steps, "_map", None)
     monkeypatch.setattr(steps, "_tried", False)
+
+
+def test_step_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    path = Path(steps.create(str(private)))
+    fresh_step(monkeypatch, path)
     sysmetrics.step(123456)
     sysmetrics.step(7)
-    assert path.read_bytes() == b"7".ljust(steps.WIDTH)
+    assert path.read_bytes() == steps.MAGIC + b"7".ljust(steps.WIDTH)
     # A step too long for the file is skipped, never an error in the training loop.
     sysmetrics.step(10**30)
     sysmetrics.step("é" * 15)  # type: ignore[arg-type]
     sysmetrics.step(object())  # type: ignore[arg-type]
-    assert path.read_bytes() == b"7".ljust(steps.WIDTH)
+    assert path.read_bytes() == steps.MAGIC + b"7".ljust(steps.WIDTH)
     assert steps._map is not None
     steps._map.close()
+
+
+def step_file_copy(directory: Path, mode: int = 0o700) -> Path:
+    """A file exactly like the recorder's step file, in ``directory`` (made with ``mode``)."""
+    directory.mkdir(mode=mode)
+    directory.chmod(mode)  # whatever the umask
+    return Path(steps.create(str(directory)))
+
+
+UNRELATED = {
+    # The issue's case: an ordinary file of 20 bytes, or longer.
+    "a-file-of-20-bytes": lambda d: (d / "notes.txt", b"precious data here!\n"),
+    "a-longer-file": lambda d: (d / "model.ckpt", os.urandom(4096)),
+    # As long as a step file, but without its header.
+    "the-step-file-size": lambda d: (d / "same-size", b"x" * steps.SIZE),
+    # A step file's bytes exactly, but in a directory others may enter (not the recorder's).
+    "in-a-shared-directory": lambda d: (step_file_copy(d / "shared", 0o755), None),
+    # A step file with one byte more.
+    "one-byte-longer": lambda d: (d / "longer", steps.MAGIC + b" " * (steps.WIDTH + 1)),
+}
+
+
+@pytest.mark.parametrize("kind", list(UNRELATED))
+def test_step_never_writes_a_file_the_recorder_did_not_make(tmp_path: Path, kind: str) -> None:
+    """Regression: ``sysmetrics.step(7)`` overwrote the first 20 bytes of any file named
+    by ``SYSMETRICS_STEP_FILE``. Run as a user would, in a new interpreter."""
+    path, content = UNRELATED[kind](tmp_path)
+    if content is not None:
+        path.write_bytes(content)
+    before = path.read_bytes()
+    code = "import sysmetrics\nfor i in range(3):\n    sysmetrics.step(7)\nprint('done')"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, steps.ENV: str(path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
+    assert path.read_bytes() == before
+    # One warning, naming the variable and the file; the loop goes on.
+    assert proc.stderr.count("SystemMetricsWarning") == 1, proc.stderr
+    assert f"{steps.ENV}={str(path)!r} names no step file made by sysmetrics record" in (
+        proc.stderr
+    )
+
+
+@pytest.mark.parametrize("kind", ["fifo", "missing", "symlink"])
+def test_step_leaves_other_kinds_of_path_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A FIFO (an open that could block), a missing file, a link to a real step file."""
+    path = tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink":
+        path.symlink_to(step_file_copy(tmp_path / "private"))
+    fresh_step(monkeypatch, path)
+    with pytest.warns(sysmetrics.SystemMetricsWarning, match="names no step file"):
+        sysmetrics.step(7)
+    sysmetrics.step(8)  # warned once: later calls return at once
+    assert steps._tried and steps._map is None
+    if kind == "symlink":
+        assert path.read_bytes() == steps.MAGIC + b" " * steps.WIDTH
 
 
 @pytest.mark.parametrize(

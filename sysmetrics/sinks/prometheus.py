@@ -28,12 +28,14 @@ import socket
 import socketserver
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from sysmetrics import _optional
+from sysmetrics.collectors.base import SystemMetricsWarning
 from sysmetrics.descriptions import describe
 from sysmetrics.distributed import env_node_rank
 
@@ -375,8 +377,14 @@ class PrometheusExporter:
         )
         self._thread.start()
         if not _is_loopback(host):
-            log.info(
-                "sysmetrics: Prometheus endpoint %s is reachable from other machines", self.url
+            warnings.warn(
+                f"sysmetrics: the Prometheus endpoint {self.url} has no authentication and "
+                f"is reachable from other machines: anyone who can connect to port "
+                f"{self.port} can read the metrics (host name, paths, processes); listen on "
+                "127.0.0.1 (the default) unless the port is firewalled or behind a proxy "
+                "that authenticates",
+                SystemMetricsWarning,
+                stacklevel=2,
             )
 
     @property
