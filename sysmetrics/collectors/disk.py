@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
-from sysmetrics.collectors.base import BaseCollector, MiB
+from sysmetrics.collectors.base import BaseCollector, MiB, SystemMetricsWarning, quote
 from sysmetrics.host import HostSource
 
 GiB = 1024 * MiB
@@ -18,6 +19,10 @@ class DiskCollector(BaseCollector):
     (MiB read and written by the system's whole disks since the first sample, cumulative).
     Source: ``statvfs`` or ``psutil.disk_usage``; ``/proc/diskstats`` or
     ``psutil.disk_io_counters()``.
+
+    A path that cannot be read (removed, ``ESTALE``, ``EIO``) costs its own keys only:
+    they are left out of the samples while it fails, with one
+    :class:`SystemMetricsWarning` per path, and come back when it answers again.
     """
 
     name = "disk"
@@ -28,12 +33,17 @@ class DiskCollector(BaseCollector):
         self.paths = tuple(paths)
         self._keys = [(p, f"disk.{p}.usagePercent", f"disk.{p}.usageGB") for p in self.paths]
         self._start: tuple[int, int] | None = None
+        self._warned: set[str] = set()  # paths whose failure was warned
 
     def sample(self) -> dict[str, float]:
-        """Usage of each path, and MiB read and written since the first sample."""
+        """Usage of each path that answers, and MiB read and written since the first sample."""
         out: dict[str, float] = {}
         for path, percent_key, gb_key in self._keys:
-            used, _total, percent = self.source.disk_usage(path)
+            try:
+                used, _total, percent = self.source.disk_usage(path)
+            except OSError as exc:
+                self._failed(path, exc)
+                continue
             out[percent_key] = percent
             out[gb_key] = used / GiB
         read, written = self.source.disk_io()
@@ -42,3 +52,16 @@ class DiskCollector(BaseCollector):
         out["disk.in"] = (read - self._start[0]) / MiB
         out["disk.out"] = (written - self._start[1]) / MiB
         return out
+
+    def _failed(self, path: str, exc: OSError) -> None:
+        """Warn the first time ``path`` fails; its keys are left out of this sample."""
+        if path in self._warned:
+            return
+        self._warned.add(path)
+        warnings.warn(
+            f"sysmetrics: disk path {quote(path, 120)!r} cannot be read; its keys are left "
+            f"out while it fails and come back when it answers, the rest go on: "
+            f"{type(exc).__name__}: {quote(str(exc), 120)}",
+            SystemMetricsWarning,
+            stacklevel=2,
+        )
