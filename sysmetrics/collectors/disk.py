@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sysmetrics.collectors.base import BaseCollector, MiB, SystemMetricsWarning, quote
-from sysmetrics.host import HostSource
+from sysmetrics.host import LOCAL_FILESYSTEMS, HostSource, StatfsProbe, filesystem_type
 
 GiB = 1024 * MiB
 
@@ -20,6 +20,11 @@ class DiskCollector(BaseCollector):
     Source: ``statvfs`` or ``psutil.disk_usage``; ``/proc/diskstats`` or
     ``psutil.disk_io_counters()``.
 
+    A path on a filesystem that may hang (any type but the local ones, see
+    :data:`~sysmetrics.host.LOCAL_FILESYSTEMS`: FUSE, NFS, Lustre, ...) is measured by a
+    helper process (:class:`~sysmetrics.host.StatfsProbe`) every 5 s, so a dead mount
+    never blocks a thread of this process; its latest measurement is reported in between.
+
     A path that cannot be read (removed, ``ESTALE``, ``EIO``) costs its own keys only:
     they are left out of the samples while it fails, with one
     :class:`SystemMetricsWarning` per path, and come back when it answers again.
@@ -28,9 +33,20 @@ class DiskCollector(BaseCollector):
     name = "disk"
     last_keys = frozenset({"in", "out"})
 
-    def __init__(self, source: HostSource, paths: Sequence[str] = ("/",)) -> None:
+    def __init__(
+        self,
+        source: HostSource,
+        paths: Sequence[str] = ("/",),
+        probe: Callable[[str], StatfsProbe | None] | None = None,
+    ) -> None:
+        """Watch ``paths``; ``probe(path)`` is the helper process measuring ``path``.
+
+        None from ``probe`` reads the path here; :func:`isolated_probe` by default.
+        """
         self.source = source
         self.paths = tuple(paths)
+        make = isolated_probe if probe is None else probe
+        self._probes = {p: found for p in dict.fromkeys(self.paths) if (found := make(p))}
         self._keys = [(p, f"disk.{p}.usagePercent", f"disk.{p}.usageGB") for p in self.paths]
         self._start: tuple[int, int] | None = None
         self._warned: set[str] = set()  # paths whose failure was warned
@@ -39,11 +55,15 @@ class DiskCollector(BaseCollector):
         """Usage of each path that answers, and MiB read and written since the first sample."""
         out: dict[str, float] = {}
         for path, percent_key, gb_key in self._keys:
+            probe = self._probes.get(path)
             try:
-                used, _total, percent = self.source.disk_usage(path)
+                usage = self.source.disk_usage(path) if probe is None else probe.usage()
             except OSError as exc:
                 self._failed(path, exc)
                 continue
+            if usage is None:  # its helper has not answered yet
+                continue
+            used, _total, percent = usage
             out[percent_key] = percent
             out[gb_key] = used / GiB
         read, written = self.source.disk_io()
@@ -65,3 +85,18 @@ class DiskCollector(BaseCollector):
             SystemMetricsWarning,
             stacklevel=2,
         )
+
+    def close(self) -> None:
+        """Kill the helper processes (never waiting for one stuck in the kernel)."""
+        for probe in self._probes.values():
+            probe.close()
+
+
+def isolated_probe(path: str) -> StatfsProbe | None:
+    """A :class:`StatfsProbe` for ``path`` unless its filesystem is a local one.
+
+    None (read in-process) where the type is in ``LOCAL_FILESYSTEMS`` or unknown
+    (no ``/proc/self/mountinfo``: not Linux).
+    """
+    kind = filesystem_type(path)
+    return None if kind is None or kind in LOCAL_FILESYSTEMS else StatfsProbe(path)
