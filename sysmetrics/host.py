@@ -442,6 +442,7 @@ block in the kernel for as long as its server does, so it is read by a helper pr
 PROBE_EVERY = 5.0  # s between two statfs of a path read by a helper process
 PROBE_WAIT = 0.1  # s a sample waits for the helper's answer (a later answer counts later)
 PROBE_TIMEOUT = 10.0  # s without an answer: the helper is killed, the path has failed
+PROBE_CURRENT = 1.0  # s an answer stays current after the next one is due
 _MOUNTINFO_BYTES = 16 * 1024 * 1024  # read at most this much of /proc/self/mountinfo
 _ANSWER_BYTES = 4096  # an answer longer than this is garbled
 _OCTAL = re.compile(r"\\([0-7]{3})")
@@ -513,8 +514,8 @@ class StatfsProbe:
     seconds (a line on its stdin; one line back: four numbers or an errno). A request not
     answered in ``timeout`` seconds kills it (SIGKILL; it goes when the kernel lets it)
     and raises; no new helper is started for the path while the killed one still lives,
-    so a dead mount holds at most one process. A measurement is current for ``every +
-    timeout`` seconds.
+    so a dead mount holds at most one process. An answer is current for ``every`` seconds
+    and ``PROBE_CURRENT`` more (a slow mount's next answer comes in time), no longer.
 
     Args:
         path: the path whose filesystem to measure.
@@ -563,7 +564,7 @@ class StatfsProbe:
             self._receive(now, 0.0)
         if self._sent is None and now - self._asked >= self.every and self._ask(now):
             self._receive(now, self.wait)
-        if self._value is not None and now - self._measured <= self.every + self.timeout:
+        if self._value is not None and now - self._measured <= self.every + PROBE_CURRENT:
             return self._value
         return None
 
