@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -367,3 +368,62 @@ def test_the_helper_answer_parser_takes_any_bytes(answer: bytes) -> None:
         )
     finally:
         probe.close()
+
+
+RECORD = """
+import sys
+import sysmetrics.host as host
+from sysmetrics.cli import main
+host.PROBE_EVERY, host.PROBE_TIMEOUT = 0.2, 1.0
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` in /proc (``R``, ``S``, ``D``, ``Z``), None once reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+@pytest.mark.skipif(fuse_missing() is not None, reason=str(fuse_missing()))
+def test_sigkill_ends_a_recorder_whose_disk_path_hangs(tmp_path: Path) -> None:
+    """Regression, as seen: ``sysmetrics record --disk-path`` on a FUSE mount whose statfs
+    hangs wrote no more lines, and SIGKILL left it a zombie whose sampling thread slept
+    uninterruptibly until the filesystem answered (623 s under ``timeout 120``)."""
+    local, run_file = tmp_path / "local", tmp_path / "run.jsonl"
+    local.mkdir()
+    with fuse_mount(tmp_path) as (mountpoint, hang):
+        key = f"disk.{mountpoint}.usagePercent"
+        recorder = subprocess.Popen(
+            [sys.executable, "-c", RECORD, "record", "--output", str(run_file), "--interval",
+             "0.1", "--disk-path", str(mountpoint), "--disk-path", str(local), "--",
+             "sleep", "60"],
+            stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            wait_for(
+                lambda: run_file.exists() and any(key in r["metrics"] for r in run_lines(run_file))
+            )
+            hang.touch()
+            t = time.time()
+            wait_for(lambda: sum(r["time"] > t + 2.0 for r in run_lines(run_file)) >= 5)
+            assert all(
+                key not in r["metrics"] and "disk.in" in r["metrics"]
+                for r in run_lines(run_file)
+                if r["time"] > t + 2.0
+            )
+            os.killpg(recorder.pid, signal.SIGKILL)  # the recorder and its command
+            t = time.monotonic()
+            recorder.wait(timeout=5)
+            wait_for(lambda: process_state(recorder.pid) is None, timeout=5.0)
+            assert time.monotonic() - t < 5.0
+        finally:
+            if recorder.poll() is None:
+                hang.unlink(missing_ok=True)
+                os.killpg(recorder.pid, signal.SIGKILL)
+                recorder.wait(60)
+            assert recorder.stderr is not None
+            recorder.stderr.close()
