@@ -138,11 +138,16 @@ while sys.stdin.buffer.readline():
 
 def alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie does not)."""
+    return process_state(pid) not in (None, "Z")
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` in /proc (``R``, ``S``, ``D``, ``Z``), None once reaped."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
-        return False
+        return None
 
 
 @pytest.mark.skipif(not ProcfsSource.supported(), reason="needs Linux procfs")
@@ -377,15 +382,6 @@ from sysmetrics.cli import main
 host.PROBE_EVERY, host.PROBE_TIMEOUT = 0.2, 1.0
 sys.exit(main(sys.argv[1:]))
 """
-
-
-def process_state(pid: int) -> str | None:
-    """The state letter of ``pid`` in /proc (``R``, ``S``, ``D``, ``Z``), None once reaped."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
 
 
 @pytest.mark.skipif(fuse_missing() is not None, reason=str(fuse_missing()))
