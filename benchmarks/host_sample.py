@@ -8,7 +8,11 @@ one run:
    syscall, no parsing) and beside psutil's calls for the same metrics, as ratios;
 2. the cost of finding a process's descendants with 0 and with 500 unrelated idle
    processes running, for sysmetrics (``/proc/<pid>/task/<tid>/children``) and for
-   ``psutil.Process.children(recursive=True)`` (a scan of every process).
+   ``psutil.Process.children(recursive=True)`` (a scan of every process);
+3. the cost of a path on a filesystem that may hang (FUSE, NFS, ...), whose ``statvfs``
+   a helper process does (``StatfsProbe``): one request answered (a pipe round trip),
+   the sampler's call at the default cadence (every 5 s: most calls only look at the
+   clock), beside ``statvfs`` in-process; the helper's start, and its CPU time.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import psutil
 
 from sysmetrics.cgroup import find_cgroup
 from sysmetrics.collectors import ProcessCollector, host_collectors
-from sysmetrics.host import ProcfsSource
+from sysmetrics.host import ProcfsSource, StatfsProbe
 
 
 def per_call_us(
@@ -180,6 +184,42 @@ def main() -> None:
         for p in [root, *unrelated]:
             p.kill()
             p.wait()
+    isolated_statfs(args.number)
+
+
+def isolated_statfs(number: int) -> None:
+    """Section 3: statvfs through the helper process, beside statvfs in-process."""
+    path = os.getcwd()
+    each = StatfsProbe(path, every=0.0)  # asks at every call: one round trip each
+    cadence = StatfsProbe(path)  # the default: asks every PROBE_EVERY s
+    try:
+        t = time.perf_counter()
+        assert each.usage() is not None  # starts the helper and waits for its answer
+        start_ms = (time.perf_counter() - t) * 1e3
+        local, round_trip, sampled = per_call_us(
+            lambda: os.statvfs(path), each.usage, cadence.usage, number=number
+        )
+        assert each.pid is not None
+        with open(f"/proc/{each.pid}/stat") as f:
+            ticks = sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
+        with open(f"/proc/{each.pid}/status") as f:
+            rss = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 1024
+        calls = 1 + 9 * number + number  # per_call_us: one warm-up call, 9 repeats
+        helper_cpu = ticks / os.sysconf("SC_CLK_TCK") / calls * 1e6
+    finally:
+        each.close()
+        cadence.close()
+    print(f"\n3. disk usage of a path that may hang, read by a helper process ({path})")
+    print(f"   {'what':<48}{'µs':>10}{'ratio':>10}")
+    print(f"   {'statvfs in-process':<48}{local:>10.1f}{1.0:>10.2f}")
+    print(f"   {'helper: one request answered (round trip)':<48}{round_trip:>10.1f}"
+          f"{round_trip / local:>10.2f}")  # fmt: skip
+    print(f"   {'helper: the sampler call, default cadence':<48}{sampled:>10.1f}"
+          f"{sampled / local:>10.2f}")  # fmt: skip
+    print(f"   {'helper CPU per request (its own process)':<48}{helper_cpu:>10.1f}"
+          f"{helper_cpu / local:>10.2f}")  # fmt: skip
+    print(f"   helper start (once per path, and after a hang): {start_ms:.1f} ms; "
+          f"its RSS {rss:.1f} MiB")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -101,7 +101,8 @@ class SystemMonitor:
 
     One daemon thread samples every ``interval`` seconds on a fixed monotonic schedule
     (tick ``k`` at ``start + k * interval``; a tick that is missed is skipped, never
-    squeezed in). It takes the first sample, which ``start()`` waits for (at most
+    squeezed in); a second daemon thread, the watchdog, only waits for a collector to be
+    stuck. It takes the first sample, which ``start()`` waits for (at most
     ``START_WAIT`` s), and a last one when stopped; ``stop()`` is idempotent and waits at
     most ``STOP_WAIT`` s, whatever the interval. Interpreter exit waits at most
     ``EXIT_BUDGET`` s for all running monitors together, and never samples itself. A
@@ -116,8 +117,9 @@ class SystemMonitor:
     is not ``{str: real number}``, or whose ``aggregation()`` fails is disabled with one
     :class:`SystemMetricsWarning` and its keys are dropped; non-finite values (NaN, inf)
     are dropped with a debug line; one whose ``sample()`` has not returned for
-    ``STUCK_AFTER`` s is noticed at the next snapshot, disabled with one warning, and the
-    others go on sampling on a new thread. A key no collector has reported for
+    ``STUCK_AFTER`` s is noticed by the watchdog (whether anyone reads the monitor or
+    not), disabled with one warning and left behind on its thread, and the others go on
+    sampling at once on a new thread. A key no collector has reported for
     ``FORGET_AFTER`` ticks is forgotten, so keys that come and go do not accumulate.
 
     Args:
@@ -194,6 +196,7 @@ class SystemMonitor:
         self._stop_event = threading.Event()
         self._first = threading.Event()  # the first sample is in (or failed)
         self._thread: threading.Thread | None = None
+        self._watchdog: threading.Thread | None = None
         self._generation = 0  # bumped when a stuck thread is left behind
         self._busy: tuple[Collector, float] | None = None  # in sample() since (monotonic)
         self._state = "new"  # new -> running -> stopped
@@ -229,7 +232,12 @@ class SystemMonitor:
         _live.add(self)
         try:
             self._spawn(self._clock.monotonic(), first=True)
+            self._watchdog = threading.Thread(
+                target=self._watch, name="sysmetrics-watchdog", daemon=True
+            )
+            self._watchdog.start()
         except BaseException:
+            self._stop_event.set()
             self._state = "stopped"
             _live.discard(self)
             raise
@@ -314,15 +322,41 @@ class SystemMonitor:
                     self._close(c)
         except BaseException as exc:  # the loop itself: never a dead thread behind "running"
             if generation == self._generation:
-                self._state = "stopped"
-                _live.discard(self)
-                warnings.warn(
-                    f"sysmetrics: the sampling thread failed and stopped: {_name(exc)}",
-                    SystemMetricsWarning,
-                    stacklevel=1,
-                )
+                self._failed(exc)
         finally:
             self._first.set()
+
+    def _failed(self, exc: BaseException) -> None:
+        """The engine itself failed: stop, with one warning."""
+        self._state = "stopped"
+        _live.discard(self)
+        self._stop_event.set()  # the watchdog ends
+        warnings.warn(
+            f"sysmetrics: the sampling thread failed and stopped: {_name(exc)}",
+            SystemMetricsWarning,
+            stacklevel=1,
+        )
+
+    def _watch(self) -> None:
+        """The watchdog thread: notice a stuck collector, whether anyone reads or not.
+
+        It sleeps until the ``sample()`` in progress has run ``STUCK_AFTER`` s (or
+        ``STUCK_AFTER`` s when none is), so a stuck collector is left behind on time and
+        the others sample again at once; it ends when the monitor stops.
+        """
+        stop = self._stop_event
+        try:
+            while self._state == "running":
+                busy = self._busy
+                due = (
+                    STUCK_AFTER if busy is None else busy[1] + STUCK_AFTER - self._clock.monotonic()
+                )
+                if stop.wait(max(0.001, due)):
+                    return
+                self._check_stuck()
+        except BaseException as exc:  # never a dead watchdog behind a "running" monitor
+            if self._state == "running":
+                self._failed(exc)
 
     def _after_fork_in_child(self) -> None:
         # The thread does not exist in the child and the lock may have been held at fork.
@@ -330,6 +364,7 @@ class SystemMonitor:
         self._stop_event = threading.Event()
         self._first = threading.Event()
         self._thread = None
+        self._watchdog = None
         self._busy = None
         self._state = "stopped"  # the parent owns the collectors; never close them here
 
@@ -472,7 +507,11 @@ class SystemMonitor:
         self._close(collector)
 
     def _check_stuck(self) -> None:
-        """Leave a collector stuck in ``sample()`` behind and go on without it."""
+        """Leave a collector stuck in ``sample()`` behind and go on without it at once.
+
+        Called by the watchdog, and by the readers (which notice it first on a clock that
+        tests move on).
+        """
         busy = self._busy
         now = self._clock.monotonic()
         if busy is None or now - busy[1] < STUCK_AFTER or self._state != "running":
@@ -490,7 +529,7 @@ class SystemMonitor:
             SystemMetricsWarning,
             stacklevel=4,
         )
-        self._spawn(self._clock.monotonic(), first=False)
+        self._spawn(self._clock.monotonic(), first=True)  # the others sample at once
 
     @staticmethod
     def _close(collector: Collector) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -10,6 +11,7 @@ import textwrap
 import threading
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ import sysmetrics.monitor as sysmetrics_monitor
 from sysmetrics import BaseCollector, SystemMetricsWarning, SystemMonitor
 from sysmetrics.collectors.base import BackgroundCollector
 from sysmetrics.monitor import Clock
+from sysmetrics.sinks.jsonl import JsonlSink
 from tests.conftest import ScriptedCollector
 from tests.polling import wait_for
 
@@ -602,20 +605,57 @@ def test_a_stuck_collector_is_left_behind_and_the_others_go_on(
     monkeypatch.setattr(sysmetrics_monitor, "STUCK_AFTER", 0.3)
     good = TimestampCollector()
     stuck = Blocks(first=3)
-    m = SystemMonitor(interval=0.02, collectors=[good, stuck]).start()
-    try:
-        wait_for(lambda: stuck.calls >= 3)
-        n = len(good.times)
-        time.sleep(0.5)
-        assert len(good.times) <= n + 1  # the stuck collector holds everything up
-        with pytest.warns(SystemMetricsWarning, match=r"'blocks' has not returned"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = SystemMonitor(interval=0.02, collectors=[good, stuck]).start()
+        try:
+            wait_for(lambda: stuck.calls >= 3)
+            n = len(good.times)
+            wait_for(lambda: m.collectors == [good], timeout=3.0)
+            wait_for(lambda: len(good.times) > n + 5, timeout=3.0)  # sampling again
             snap = m.snapshot()
-        assert "blocks.x" not in snap
-        wait_for(lambda: len(good.times) > n + 5, timeout=3.0)  # sampling again
-        assert m.collectors == [good] and m.running
-    finally:
-        stuck.go.set()
-        m.stop()
+            assert "blocks.x" not in snap and "n" in snap and m.running
+        finally:
+            stuck.go.set()
+            m.stop()
+    messages = [str(w.message) for w in caught if w.category is SystemMetricsWarning]
+    assert len(messages) == 1 and "'blocks' has not returned from sample()" in messages[0]
+
+
+def test_a_stuck_collector_is_noticed_without_any_reader(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Regression: the stuck check ran only in ``snapshot()``/``latest()``, so with a run
+    file alone (``sysmetrics record``) a collector blocked in ``sample()`` stopped every
+    key for good, with no warning."""
+    monkeypatch.setattr(sysmetrics_monitor, "STUCK_AFTER", 0.3)
+    good = TimestampCollector()
+    stuck = Blocks(first=3)
+    run_file = tmp_path / "run.jsonl"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = SystemMonitor(interval=0.02, collectors=[good, stuck]).start()
+        sink = JsonlSink(m, run_file)
+        try:
+            wait_for(lambda: stuck.calls >= 3)
+            blocked = time.time()
+            # Nobody reads the monitor: the run file's lines are the only output.
+            wait_for(lambda: sum(r["time"] > blocked + 0.5 for r in lines(run_file)) >= 3, 5.0)
+        finally:
+            stuck.go.set()
+            m.stop()
+            sink.close()
+    after = [r for r in lines(run_file) if r["time"] > blocked + 0.5]
+    assert len(after) >= 3 and all("n" in r["metrics"] for r in after)  # on schedule again
+    assert all("blocks.x" not in r["metrics"] for r in after)
+    messages = [str(w.message) for w in caught if w.category is SystemMetricsWarning]
+    assert len(messages) == 1 and "'blocks' has not returned from sample()" in messages[0]
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    """The run file's complete lines."""
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(x) for x in text.splitlines(keepends=True) if x.endswith("\n")]
 
 
 EXIT_SCRIPT = """

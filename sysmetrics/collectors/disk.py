@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 
-from sysmetrics.collectors.base import BaseCollector, MiB
-from sysmetrics.host import HostSource
+from sysmetrics.collectors.base import BaseCollector, MiB, SystemMetricsWarning, quote
+from sysmetrics.host import LOCAL_FILESYSTEMS, HostSource, StatfsProbe, filesystem_type
 
 GiB = 1024 * MiB
 
@@ -18,22 +19,51 @@ class DiskCollector(BaseCollector):
     (MiB read and written by the system's whole disks since the first sample, cumulative).
     Source: ``statvfs`` or ``psutil.disk_usage``; ``/proc/diskstats`` or
     ``psutil.disk_io_counters()``.
+
+    A path on a filesystem that may hang (any type but the local ones, see
+    :data:`~sysmetrics.host.LOCAL_FILESYSTEMS`: FUSE, NFS, Lustre, ...) is measured by a
+    helper process (:class:`~sysmetrics.host.StatfsProbe`) every 5 s, so a dead mount
+    never blocks a thread of this process; its latest measurement is reported in between.
+
+    A path that cannot be read (removed, ``ESTALE``, ``EIO``) costs its own keys only:
+    they are left out of the samples while it fails, with one
+    :class:`SystemMetricsWarning` per path, and come back when it answers again.
     """
 
     name = "disk"
     last_keys = frozenset({"in", "out"})
 
-    def __init__(self, source: HostSource, paths: Sequence[str] = ("/",)) -> None:
+    def __init__(
+        self,
+        source: HostSource,
+        paths: Sequence[str] = ("/",),
+        probe: Callable[[str], StatfsProbe | None] | None = None,
+    ) -> None:
+        """Watch ``paths``; ``probe(path)`` is the helper process measuring ``path``.
+
+        None from ``probe`` reads the path here; :func:`isolated_probe` by default.
+        """
         self.source = source
         self.paths = tuple(paths)
+        make = isolated_probe if probe is None else probe
+        self._probes = {p: found for p in dict.fromkeys(self.paths) if (found := make(p))}
         self._keys = [(p, f"disk.{p}.usagePercent", f"disk.{p}.usageGB") for p in self.paths]
         self._start: tuple[int, int] | None = None
+        self._warned: set[str] = set()  # paths whose failure was warned
 
     def sample(self) -> dict[str, float]:
-        """Usage of each path, and MiB read and written since the first sample."""
+        """Usage of each path that answers, and MiB read and written since the first sample."""
         out: dict[str, float] = {}
         for path, percent_key, gb_key in self._keys:
-            used, _total, percent = self.source.disk_usage(path)
+            probe = self._probes.get(path)
+            try:
+                usage = self.source.disk_usage(path) if probe is None else probe.usage()
+            except OSError as exc:
+                self._failed(path, exc)
+                continue
+            if usage is None:  # its helper has not answered yet
+                continue
+            used, _total, percent = usage
             out[percent_key] = percent
             out[gb_key] = used / GiB
         read, written = self.source.disk_io()
@@ -42,3 +72,31 @@ class DiskCollector(BaseCollector):
         out["disk.in"] = (read - self._start[0]) / MiB
         out["disk.out"] = (written - self._start[1]) / MiB
         return out
+
+    def _failed(self, path: str, exc: OSError) -> None:
+        """Warn the first time ``path`` fails; its keys are left out of this sample."""
+        if path in self._warned:
+            return
+        self._warned.add(path)
+        warnings.warn(
+            f"sysmetrics: disk path {quote(path, 120)!r} cannot be read; its keys are left "
+            f"out while it fails and come back when it answers, the rest go on: "
+            f"{type(exc).__name__}: {quote(str(exc), 120)}",
+            SystemMetricsWarning,
+            stacklevel=2,
+        )
+
+    def close(self) -> None:
+        """Kill the helper processes (never waiting for one stuck in the kernel)."""
+        for probe in self._probes.values():
+            probe.close()
+
+
+def isolated_probe(path: str) -> StatfsProbe | None:
+    """A :class:`StatfsProbe` for ``path`` unless its filesystem is a local one.
+
+    None (read in-process) where the type is in ``LOCAL_FILESYSTEMS`` or unknown
+    (no ``/proc/self/mountinfo``: not Linux).
+    """
+    kind = filesystem_type(path)
+    return None if kind is None or kind in LOCAL_FILESYSTEMS else StatfsProbe(path)
