@@ -87,7 +87,7 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
         self._steps = (self.params or {}).get("steps")
         found = _keras.callback_list()
         if found is None:
-            self.core.start()
+            self.core.start(step=1)  # the first batch's, as on_train_batch_begin stamps it
         else:
             callbacks, fit_frame = found
             move_to_front(callbacks.callbacks, self)
@@ -96,7 +96,7 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
                 if self.core.console
                 else _keras.filter_progress_bars(callbacks, self.core.hidden)
             )
-            self.core.start(watch=fit_frame, cleanup=undo)
+            self.core.start(watch=fit_frame, cleanup=undo, step=1)
         # Batch points start a new window of the run's reader each time; the epoch values
         # come from a reader of their own, so they cover the whole epoch and keep its peak.
         step = self.core.logging_interval == "step"

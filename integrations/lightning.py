@@ -108,7 +108,11 @@ class SystemMetricsCallback(Callback):
         # trainer.log_dir is a broadcast: every rank asks for it, or none does.
         run_dir = trainer.log_dir if self.core.run_file is True else None
         self.core.start(
-            sample=trainer.local_rank == 0, cleanup=cleanup, run_dir=run_dir, node=trainer.node_rank
+            sample=trainer.local_rank == 0,
+            cleanup=cleanup,
+            run_dir=run_dir,
+            node=trainer.node_rank,
+            step=_lightning.logged_step(trainer),
         )
 
     @override
@@ -148,7 +152,7 @@ class SystemMetricsCallback(Callback):
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
-        self.core.stop()
+        self.core.stop(failed=True)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

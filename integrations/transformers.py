@@ -104,7 +104,7 @@ class SystemMetricsCallback(TrainerCallback):
                 SystemMetricsWarning,
                 stacklevel=2,
             )
-            self.core.start(sample=sample, run_dir=_run_dir(args))
+            self.core.start(sample=sample, run_dir=_run_dir(args), step=state.global_step + 1)
             return
         handler, loop_frame = found
         move_to_front(handler.callbacks, self)
@@ -118,7 +118,13 @@ class SystemMetricsCallback(TrainerCallback):
             if undo is not None:
                 undo()
 
-        self.core.start(sample=sample, watch=loop_frame, cleanup=cleanup, run_dir=_run_dir(args))
+        self.core.start(
+            sample=sample,
+            watch=loop_frame,
+            cleanup=cleanup,
+            run_dir=_run_dir(args),
+            step=state.global_step + 1,  # the first step's, as on_step_begin stamps it
+        )
 
     def on_step_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any

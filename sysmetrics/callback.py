@@ -38,6 +38,7 @@ CALLBACK_OPTIONS = (
     "run_file",
 )
 RUN_FILE = "system_metrics.jsonl"  # the run file's name in the run's log directory
+RUN_FILE_NODE = "system_metrics.node{node}.jsonl"  # the same, one per node on several nodes
 # What users of the frameworks type for our options: each framework's own name for it.
 _ALIASES = {
     "logging_steps": "log_every_n_steps",  # transformers' TrainingArguments
@@ -248,6 +249,7 @@ class CallbackCore:
         cleanup: Callable[[], None] | None = None,
         run_dir: str | None = None,
         node: int | None = None,
+        step: int | None = None,
     ) -> None:
         """Start a run: sample where ``sample`` (one process per node).
 
@@ -262,6 +264,7 @@ class CallbackCore:
             cleanup: called once when the run ends, whichever way.
             run_dir: the run's log directory, for ``run_file=True``.
             node: this rank's node rank, where the framework knows it.
+            step: the step the first sample is stamped with (the first step trained).
 
         """
         self.stop()
@@ -272,16 +275,20 @@ class CallbackCore:
             own, self._unstarted = self._unstarted, None
             self._cleanup = cleanup
             if sample:
-                self._open(own, run_dir)
+                self._open(own, run_dir, step)
             elif own is not None:
                 own.stop()  # frees what its collectors opened
             if watch is not None:
                 self._cancel_watch = _watch.watch(watch, lambda: self._end(run))
 
-    def _open(self, own: SystemMonitor | None, run_dir: str | None) -> None:
-        """Open the run's monitor, reader and run file (under the lock)."""
+    def _open(self, own: SystemMonitor | None, run_dir: str | None, step: int | None) -> None:
+        """Open the run's monitor, reader and run file (under the lock).
+
+        The run file is opened before the monitor starts, so it gets the first sample
+        (the one the loggers get at the first logging point), stamped with ``step``.
+        """
         if self.shared is None:
-            monitor = (own or SystemMonitor(**self.monitor_options)).start()
+            monitor = own or SystemMonitor(**self.monitor_options)
             self.reader = monitor.default_reader
         else:
             monitor = self.shared
@@ -294,24 +301,34 @@ class CallbackCore:
                 )
                 return
             self.reader = monitor.reader()
-            monitor.start()  # idempotent; the user stops it
         self.monitor = monitor
+        if step is not None:
+            monitor.step = step
         if self.layout is not None:
             monitor.job.watch(self.layout.local_pids)  # every rank on this node
+        self._open_run_file(monitor, run_dir)
+        monitor.start()  # idempotent; the user stops a shared one
+
+    def _open_run_file(self, monitor: SystemMonitor, run_dir: str | None) -> None:
+        """The run's run file; on several nodes one per node under ``run_file=True``."""
+        layout = self.layout or distributed.Layout(0, (0,), ())
         path = self.run_file
         if path is True:
-            path = os.path.join(run_dir or ".", RUN_FILE)
+            name = RUN_FILE_NODE.format(node=layout.node) if layout.multi_node else RUN_FILE
+            path = os.path.join(run_dir or ".", name)
         if path:
             try:
                 if run_dir is not None:
                     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-                self._sink = JsonlSink(monitor, path)
+                self._sink = JsonlSink(
+                    monitor, path, node=layout.node, multi_node=layout.multi_node
+                )
             except OSError as exc:
                 warnings.warn(
                     f"sysmetrics: the run file cannot be written, training goes on without "
                     f"it: {type(exc).__name__}: {quote(str(exc))}",
                     SystemMetricsWarning,
-                    stacklevel=4,
+                    stacklevel=5,
                 )
 
     def extra_reader(self) -> Reader | None:
@@ -329,17 +346,20 @@ class CallbackCore:
         if monitor is not None:
             monitor.step = step
 
-    def stop(self) -> None:
-        """End the run: readers, run file, the monitor it started, the cleanup; idempotent."""
+    def stop(self, failed: bool = False) -> None:
+        """End the run: readers, run file, the monitor it started, the cleanup; idempotent.
+
+        ``failed``: training raised (the run file's ``end`` line says ``"failed"``).
+        """
         with self._lock:
-            self._end_locked()
+            self._end_locked(failed)
 
     def _end(self, run: int) -> None:
         with self._lock:
-            if run == self._run:  # not a later run started since
-                self._end_locked()
+            if run == self._run:  # not a later run started since: training raised
+                self._end_locked(failed=True)
 
-    def _end_locked(self) -> None:
+    def _end_locked(self, failed: bool = False) -> None:
         cancel, self._cancel_watch = self._cancel_watch, None
         cleanup, self._cleanup = self._cleanup, None
         monitor, self.monitor = self.monitor, None
@@ -360,7 +380,7 @@ class CallbackCore:
                 if reader is not None:
                     reader.close()
             if sink is not None:
-                sink.close()
+                sink.close(end={"status": "failed" if failed else "finished"})
 
     def snapshot(self, reader: Reader | None = None) -> dict[str, float]:
         """A new window of the run's reader (or ``reader``); empty where nothing samples."""

@@ -411,7 +411,7 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             )
         child = children[0]
         try:
-            _watch(child, args, options, step_file, proxy)
+            _watch(child, command, args, options, step_file, proxy)
         finally:
             if child.poll() is None:  # the recorder failed: never leave the command behind
                 child.kill()
@@ -483,17 +483,19 @@ def _exporter(
 
 def _watch(
     child: subprocess.Popen[bytes],
+    command: list[str],
     args: argparse.Namespace,
     options: dict[str, Any],
     step_file: str,
     proxy: _Proxy,
 ) -> None:
-    """Record ``child``'s tree into the run file until it exits."""
+    """Record ``child``'s tree (running ``command``) into the run file until it exits."""
     with contextlib.ExitStack() as stack:
         monitor = SystemMonitor(args.interval, pid=child.pid, **options)
         stack.callback(monitor.stop)  # where the sink cannot be made
-        sink = JsonlSink(monitor, args.output)
-        stack.callback(sink.close)
+        sink = JsonlSink(monitor, args.output, command=command)
+        ending: dict[str, Any] = {}  # how the command ended, for the run file's end line
+        stack.callback(lambda: sink.close(end=ending))
         stack.callback(monitor.stop)  # the last sample, with the last step, then the sink
         steps = _StepReader(monitor, step_file)
         stack.callback(steps.close)
@@ -505,6 +507,31 @@ def _watch(
             stack.callback(live.close)
             live.start()
         _wait_exited(child)
+        ending.update(_ending(child))
+
+
+def _ending(child: subprocess.Popen[bytes]) -> dict[str, Any]:
+    """How ``child`` (exited) ended: ``{"exit_status": n}`` or ``{"signal": n, "signal_name"}``.
+
+    Read without reaping it where the platform can (``waitid`` with ``WNOWAIT``).
+    """
+    code = child.returncode
+    if code is None and hasattr(os, "waitid"):
+        with contextlib.suppress(OSError):  # reaped already, or no WNOWAIT
+            info = os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+            if info is not None and info.si_code == os.CLD_EXITED:
+                code = info.si_status
+            elif info is not None and info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+                code = -info.si_status
+    if code is None:
+        return {}
+    if code >= 0:
+        return {"exit_status": code}
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return {"signal": -code, "signal_name": name}
 
 
 def _wait_exited(child: subprocess.Popen[bytes]) -> None:

@@ -1,7 +1,7 @@
 """Findings: what a run file says about the run, in plain language.
 
-:func:`read_run` reads a run file (JSON lines written by :class:`sysmetrics.sinks.jsonl.JsonlSink`)
-into a :class:`Run`, one column per key (a day at 1 s with 70 keys is about 50 MB);
+:func:`read_run` (from :mod:`sysmetrics.runfile`, where the run file's schema is) reads a
+run file into a :class:`Run`, one column per key (a day at 1 s with 70 keys is about 50 MB);
 :func:`findings` applies the rules below and returns one :class:`Finding` per thing worth
 saying. A rule says nothing when its evidence is not in the
 run (its keys are missing, or there are too few samples).
@@ -37,31 +37,26 @@ Rules and thresholds (each a module-level constant):
 
 Rules based on means or shares (``input-bound``, ``gpu-throttling``, ``disk-bound``,
 ``straggler-node``) need at least ``MIN_SAMPLES`` (5) samples (intervals for
-``disk-bound``). :func:`read_run` reads at most ``MAX_LINES`` (1,000,000) lines, skips
-any line over ``MAX_LINE_BYTES`` (1 MiB) or that is not a run-file record, and keeps at
-most ``MAX_KEYS`` (10,000) distinct keys.
+``disk-bound``). :mod:`sysmetrics.runfile` says how much :func:`read_run` reads at most.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
 import statistics
-from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Optional
 
-from sysmetrics import _optional
-
-PathLike = Union[str, "os.PathLike[str]"]
-
-MAX_LINES = 1_000_000  # lines read from a run file at most (junk lines count)
-MAX_LINE_BYTES = 1 << 20  # bytes; a longer line is skipped
-MAX_KEYS = 10_000  # distinct metric keys kept at most; later new keys are dropped
+# The run file's reader lives with its schema; its names stay importable from here.
+from sysmetrics.runfile import MAX_KEYS as MAX_KEYS
+from sysmetrics.runfile import MAX_LINE_BYTES as MAX_LINE_BYTES
+from sysmetrics.runfile import MAX_LINES as MAX_LINES
+from sysmetrics.runfile import PathLike as PathLike
+from sysmetrics.runfile import Recording as Recording
+from sysmetrics.runfile import Run, Span
+from sysmetrics.runfile import read_run as read_run
 
 MIN_SAMPLES = 5  # samples (or intervals) a mean- or share-based rule needs
 
@@ -95,135 +90,6 @@ _NODE_KEY = re.compile(r"node(\d+)/(cpu|gpu\.\d+\.gpu)")
 _NAN = math.nan
 
 
-def _number(value: Any) -> Optional[float]:
-    """``value`` as a finite float, or ``None`` for anything else (bools included)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-class Run:
-    """A run file as columns: entry ``j`` of each list or column is sample ``j``.
-
-    ``time`` is s since the epoch, ``monotonic`` s on the sampler's monotonic clock,
-    ``step`` the training step (``None`` where unknown or not a 64-bit integer).
-    ``columns`` maps each metric key to an ``array('d')`` of its values, NaN where a sample
-    lacks the key (only finite numbers are kept). Columns, not a dict per sample: a day at
-    1 s is 86,400 samples.
-    """
-
-    def __init__(self) -> None:
-        self.time: list[Optional[float]] = []
-        self.monotonic: list[Optional[float]] = []
-        self.step: list[Optional[int]] = []
-        self.columns: dict[str, array[float]] = {}
-
-    def __len__(self) -> int:
-        return len(self.step)
-
-    def add(
-        self,
-        metrics: Mapping[str, Any],
-        time: Any = None,
-        monotonic: Any = None,
-        step: Any = None,
-    ) -> None:
-        """Append one sample; values that are not finite numbers are dropped."""
-        n = len(self.step)
-        columns = self.columns
-        for key, value in metrics.items():
-            kind = type(value)
-            if kind is int:
-                try:
-                    value = float(value)
-                except OverflowError:
-                    continue
-            elif kind is not float or value - value != 0:  # not a float, or inf or NaN
-                continue
-            column = columns.get(key)
-            if column is None:
-                if len(columns) >= MAX_KEYS:
-                    continue
-                column = columns[key] = array("d", [_NAN]) * n
-            elif len(column) < n:
-                column.extend(array("d", [_NAN]) * (n - len(column)))
-            column.append(value)
-        self.time.append(_number(time))
-        self.monotonic.append(_number(monotonic))
-        self.step.append(step if type(step) is int and -(2**63) <= step < 2**63 else None)
-
-    def pad(self) -> None:
-        """Fill every column with NaN up to the last sample (after the last :meth:`add`)."""
-        n = len(self.step)
-        for column in self.columns.values():
-            if len(column) < n:
-                column.extend(array("d", [_NAN]) * (n - len(column)))
-
-    def metrics(self, j: int) -> dict[str, float]:
-        """Sample ``j``'s metrics, as a dict (the keys it has)."""
-        return {k: c[j] for k, c in self.columns.items() if c[j] == c[j]}
-
-    def present(self, key: str) -> list[int]:
-        """The samples that have ``key``."""
-        column = self.columns.get(key)
-        return [] if column is None else [j for j, v in enumerate(column) if v == v]
-
-    @cached_property
-    def used_gpus(self) -> dict[str, list[bool]]:
-        """For each GPU index the job uses at some point: whether it does in each sample.
-
-        The job uses GPU ``i`` in a sample that has a ``gpu.process.{i}.*`` key.
-        """
-        used: dict[str, list[bool]] = {}
-        for key, column in self.columns.items():
-            m = _GPU_PROCESS_KEY.match(key)
-            if m:
-                flags = used.setdefault(m.group(1), [False] * len(self))
-                for j, v in enumerate(column):
-                    if v == v:
-                        flags[j] = True
-        return used
-
-    @cached_property
-    def job_gpu_percent(self) -> list[Optional[float]]:
-        """Per sample, the mean ``gpu.{i}.gpu`` (%) over the GPUs the job uses in it."""
-        out: list[Optional[float]] = [None] * len(self)
-        counts = [0] * len(self)
-        for i, flags in self.used_gpus.items():
-            column = self.columns.get(f"gpu.{i}.gpu")
-            if column is None:
-                continue
-            for j, v in enumerate(column):
-                if flags[j] and v == v:
-                    total = out[j]
-                    out[j] = v if total is None else total + v
-                    counts[j] += 1
-        return [None if t is None else t / c for t, c in zip(out, counts)]
-
-    def span(self, samples: Sequence[int]) -> Optional[Span]:
-        """The first and last step of ``samples``, or their first and last time."""
-        steps = [s for j in samples if (s := self.step[j]) is not None]
-        if samples and len(steps) == len(samples):
-            return Span("step", min(steps), max(steps))
-        times = [t for j in samples if (t := self.time[j]) is not None]
-        if samples and len(times) == len(samples):
-            return Span("time", min(times), max(times))
-        return None
-
-
-@dataclass(frozen=True)
-class Span:
-    """Where a finding held: ``axis`` is ``"step"`` or ``"time"`` (s since the epoch)."""
-
-    axis: str
-    first: float
-    last: float
-
-
 @dataclass(frozen=True)
 class Finding:
     """One thing the run says: a rule id, a sentence, the numbers behind it, and where."""
@@ -232,50 +98,6 @@ class Finding:
     sentence: str
     evidence: dict[str, float] = field(default_factory=dict)
     span: Optional[Span] = None
-
-
-def _add_line(run: Run, raw: bytes, fast: Optional[Callable[[bytes], Any]]) -> None:
-    """Add one line to ``run`` where it is a run-file record; skip it otherwise.
-
-    ``fast`` (orjson's ``loads``) parses first where given; a line it rejects (``NaN``, an
-    integer over 64 bits, ...) is parsed again by the stdlib, so both read the same.
-    """
-    data = None
-    if fast is not None:
-        try:
-            data = fast(raw)
-        except ValueError:  # orjson.JSONDecodeError is one
-            data = None
-    if data is None:
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            return
-    if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
-        run.add(data["metrics"], data.get("time"), data.get("monotonic"), data.get("step"))
-
-
-def read_run(path: PathLike, max_lines: int = MAX_LINES) -> Run:
-    """The run file at ``path`` as a :class:`Run`, samples in file order.
-
-    Reads at most ``max_lines`` lines; a line over ``MAX_LINE_BYTES`` bytes, or one that is
-    not a JSON object with a ``metrics`` object, is skipped. Junk never raises; a file that
-    cannot be opened does (``OSError``).
-    """
-    run = Run()
-    fast = _optional.fast_json_loads()
-    with open(path, "rb") as file:
-        for _ in range(max_lines):
-            raw = file.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                break
-            if len(raw) > MAX_LINE_BYTES:  # too long: skip to the end of the line
-                while raw and not raw.endswith(b"\n"):
-                    raw = file.readline(MAX_LINE_BYTES)
-                continue
-            _add_line(run, raw, fast)
-    run.pad()
-    return run
 
 
 def input_bound(run: Run) -> list[Finding]:

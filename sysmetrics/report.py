@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import datetime
 import html
 import io
 import math
 import os
 import re
+import shlex
 import sys
 import warnings
 from collections.abc import Sequence
@@ -29,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from sysmetrics import _optional
 from sysmetrics.descriptions import describe
-from sysmetrics.findings import Finding, PathLike, Run, Span, findings, read_run
+from sysmetrics.findings import Finding, findings
+from sysmetrics.runfile import PathLike, Recording, Run, Span, read_run
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,6 +43,9 @@ MAX_SERIES = 8  # series drawn per panel at most (the rest are in the table)
 MAX_PANELS = 8  # panels (one per unit) per figure at most
 MAX_FIGURES = 24  # figures per report at most
 MAX_ROWS = 500  # summary table rows at most
+MAX_LABEL_CHARS = 60  # characters of a key in a figure's legend at most
+MAX_TITLE_CHARS = 100  # characters of a figure's title at most
+MAX_KEY_CHARS = 300  # characters of a key in the summary table at most
 
 # Per-core families shown as their mean over the cores.
 _COLLAPSED = ("cpu.{i}.cpu_percent", "trn.{core}.neuroncore_utilization")
@@ -140,8 +147,20 @@ GAP_INTERVALS = 10.0  # a gap this many median intervals long (and over GAP_S) .
 GAP_S = 5.0  # ... or a clock that goes back starts a new recording
 
 
+def starts(run: Run) -> list[int]:
+    """The first sample of each recording in ``run`` (several were appended to its file).
+
+    From the recordings' ``run`` lines where the file has them; in a file written before
+    those markers existed, guessed from the clock (:func:`segments`).
+    """
+    if not run.recordings:
+        return segments(_clock(run))
+    rec = run.recording
+    return [0, *(j for j in range(1, len(rec)) if rec[j] != rec[j - 1])] if rec else [0]
+
+
 def segments(seconds: np.ndarray[Any, Any]) -> list[int]:
-    """The first sample of each recording in a run file (several were appended to it).
+    """The first sample of each recording in a run file without ``run`` lines: a guess.
 
     A recording starts where the clock goes back (another boot) or after a gap longer
     than ``GAP_INTERVALS`` median intervals and ``GAP_S`` seconds.
@@ -164,7 +183,7 @@ def series(run: Run) -> list[Series]:
 
     seconds = _clock(run)
     dt = np.diff(seconds)
-    dt[[i - 1 for i in segments(seconds)[1:]]] = np.nan  # no rate across recordings
+    dt[[i - 1 for i in starts(run)[1:]]] = np.nan  # no rate across recordings
     out: list[Series] = []
     collapsed: dict[str, list[np.ndarray[Any, Any]]] = {}
     for key in sorted(run.columns):
@@ -235,7 +254,7 @@ class Axis:
     x: np.ndarray[Any, Any]
     label: str
     left_out: int  # samples not drawn (before the first step)
-    starts: tuple[int, ...] = (0,)  # the first sample of each recording (see segments())
+    starts: tuple[int, ...] = (0,)  # the first sample of each recording (see starts())
 
 
 def axis(run: Run) -> Axis:
@@ -255,10 +274,10 @@ def axis(run: Run) -> Axis:
         if first.size >= 2 and np.all(np.diff(seconds[first]) > 0):
             x = np.interp(seconds, seconds[first], steps[first])
             x[: first[0]] = np.nan
-            return Axis(x, "step", int(first[0]), tuple(segments(seconds)))
+            return Axis(x, "step", int(first[0]), tuple(starts(run)))
     span = float(np.nanmax(seconds)) if len(seconds) else 0.0
     scale, unit = (3600.0, "h") if span > 7200 else (60.0, "min") if span > 120 else (1.0, "s")
-    return Axis(seconds / scale, f"elapsed time ({unit})", 0, tuple(segments(seconds)))
+    return Axis(seconds / scale, f"elapsed time ({unit})", 0, tuple(starts(run)))
 
 
 def _bins(
@@ -308,11 +327,27 @@ def _panels(members: Sequence[Series]) -> list[tuple[str, list[Series]]]:
 def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") -> bytes:
     """One figure for a group: a panel per unit, a line per series (binned: mean and range).
 
-    ``name`` (the run file's) goes into the title.
+    ``name`` (the run file's) goes into the title. Keys, the name and the group are
+    plain text (no mathtext or TeX), each cut to a bounded length.
     """
+    figure_class = _optional.matplotlib_figure()
+    import matplotlib
+
+    # Keys are text from the run file, never markup: a "$" in a disk path is no mathtext.
+    # A glyph a key has that the font lacks is drawn as a box, not a console warning.
+    with (
+        matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}),
+        warnings.catch_warnings(),
+    ):
+        warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
+        return _figure_png(figure_class, group, members, ax, name)
+
+
+def _figure_png(
+    figure_class: Any, group: str, members: Sequence[Series], ax: Axis, name: str
+) -> bytes:
     import numpy as np
 
-    figure_class = _optional.matplotlib_figure()
     panels = _panels(members)
     fig = figure_class(figsize=(10, 0.6 + 2.0 * len(panels)), layout="constrained", dpi=100)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
@@ -320,9 +355,10 @@ def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") 
         for s in drawn[:MAX_SERIES]:
             x, mean, low, high = _drawn(ax, s.values)
             few = int((~np.isnan(mean)).sum()) < 3  # a lone point is drawn as a dot
-            (line,) = panel.plot(
-                x, mean, linewidth=1.2, label=_short(s.label, group), marker="o" if few else None
-            )
+            label = _cut(_short(s.label, group), MAX_LABEL_CHARS)
+            if not label or label.startswith("_"):  # matplotlib leaves those out of legends
+                label = repr(label)
+            (line,) = panel.plot(x, mean, linewidth=1.2, label=label, marker="o" if few else None)
             if low is not mean:
                 panel.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         panel.set_ylabel(unit or "value")
@@ -342,11 +378,17 @@ def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") 
         )
     if ax.label == "step":
         axes[-1].xaxis.get_major_locator().set_params(integer=True)
-    axes[0].set_title(f"{group}: {name}" if name else group)
+    axes[0].set_title(_cut(f"{group}: {name}" if name else group, MAX_TITLE_CHARS))
     axes[-1].set_xlabel(ax.label)
     out = io.BytesIO()
     fig.savefig(out, format="png")
     return out.getvalue()
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters (cut with an ellipsis)."""
+    text = "".join(c if c.isprintable() else "\ufffd" for c in text[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def _short(label: str, group: str) -> str:
@@ -421,52 +463,110 @@ img{max-width:100%}small{color:#555}
 """
 
 
-def render(
-    run: Run, title: str, pngs: dict[str, bytes], all_series: Optional[Sequence[Series]] = None
-) -> str:
-    """The whole HTML page for ``run``: findings, summary table, figures (``pngs``).
+MAX_RECORDINGS_SHOWN = 50  # recordings described on the page at most (per node)
+MAX_COMMAND_CHARS = 300  # characters of a recorded command shown at most
 
-    ``all_series`` is ``series(run)``, where the caller has it already.
+
+def ending(rec: Recording) -> str:
+    """How a recording ended, as a sentence (no full stop), from its ``end`` line."""
+    end = rec.end
+    if end is None:
+        return "the recording ended without an end marker (the process was killed or crashed)"
+    seconds = rec.seconds
+    after = "" if seconds is None else f" after {_duration(seconds)}"
+    status, signum, name = end.get("exit_status"), end.get("signal"), end.get("signal_name")
+    if isinstance(status, int) and not isinstance(status, bool):
+        return f"the command exited with status {status}{after}"
+    if isinstance(signum, int) and not isinstance(signum, bool):
+        named = f" ({name})" if isinstance(name, str) and name else ""
+        return f"the command was killed by signal {signum}{named}{after}"
+    if end.get("status") == "finished":
+        return f"training finished{after}"
+    if end.get("status") == "failed":
+        return f"training failed (it raised an exception){after}"
+    return f"the recording ended{after}"
+
+
+def _recording_text(rec: Recording) -> str:
+    """What a recording's ``run`` line says about it, and how it ended."""
+    said = []
+    command = rec.command
+    if command:
+        text = shlex.join(command)
+        cut = text[:MAX_COMMAND_CHARS] + ("..." if len(text) > MAX_COMMAND_CHARS else "")
+        said.append(f"command {cut}")
+    host = rec.run.get("host")
+    if isinstance(host, str) and host:
+        said.append(f"on {host}")
+    if rec.node is not None:
+        said.append(f"node {rec.node}")
+    pid = rec.run.get("pid")
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        said.append(f"pid {pid}")
+    if rec.start is not None:
+        with contextlib.suppress(OverflowError, OSError, ValueError):
+            when = datetime.datetime.fromtimestamp(rec.start, datetime.timezone.utc)
+            said.append(f"started {when:%Y-%m-%d %H:%M:%S} UTC")
+    version = rec.run.get("version")
+    if isinstance(version, str) and version:
+        said.append(f"sysmetrics {version}")
+    return (", ".join(said) + ": " if said else "") + ending(rec)
+
+
+def _section(
+    run: Run, pngs: dict[str, bytes], all_series: Optional[Sequence[Series]], h: int
+) -> list[str]:
+    """One run's part of the page: facts, recordings, findings, summary table, figures.
+
+    ``h`` is the level of its headings (2 for the page's only run, 3 under a node).
     """
     import numpy as np
 
     seconds = _clock(run)
-    starts = segments(seconds)
-    bounds = [*starts, len(seconds)]
+    first = starts(run)
+    bounds = [*first, len(seconds)]
     duration = sum(float(seconds[b - 1] - seconds[a]) for a, b in zip(bounds, bounds[1:]) if b > a)
     dt = np.diff(seconds)
-    inside = np.delete(dt, [i - 1 for i in starts[1:]])
+    inside = np.delete(dt, [i - 1 for i in first[1:]])
     inside = inside[inside > 0]
     steps = [s for s in run.step if s is not None]
     start = next((t for t in run.time if t is not None), None)
     facts = f"{len(run)} sample{'s' if len(run) != 1 else ''}"
-    if len(starts) > 1:
-        facts += f" in {len(starts)} recordings (the file was appended to)"
+    if len(first) > 1:
+        facts += f" in {len(first)} recordings (the file was appended to)"
     facts += f" over {_duration(duration)}"
     if inside.size:
         facts += f", one every {float(np.median(inside)):.3g} s"
     if steps:
         facts += f"; steps {min(steps)} to {max(steps)}"
+    parts = [f"<p>{html.escape(facts)}.</p>"]
+    recordings = run.recordings
+    if len(recordings) == 1:
+        parts.append(f"<p>{html.escape(_capital(_recording_text(recordings[0])))}.</p>")
+    elif recordings:
+        items = [
+            f"<li>{html.escape(_capital(_recording_text(rec)))}.</li>"
+            for rec in recordings[:MAX_RECORDINGS_SHOWN]
+        ]
+        more = len(recordings) - MAX_RECORDINGS_SHOWN
+        if more > 0:
+            items.append(f"<li>{more} more recordings</li>")
+        parts.append('<ol class="recordings">' + "".join(items) + "</ol>")
+    parts.append(f"<h{h}>Findings</h{h}>")
     found = findings(run)
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1><p>{html.escape(facts)}.</p>",
-        "<h2>Findings</h2>",
-    ]
     if found:
         parts.append("<ul>" + "".join(_finding_html(f, start) for f in found) + "</ul>")
     else:
         parts.append("<p>Nothing held the run back by the rules' thresholds.</p>")
-    parts.append("<h2>Summary</h2><table><tr><th>group</th><th>key</th><th>unit</th>")
+    parts.append(f"<h{h}>Summary</h{h}><table><tr><th>group</th><th>key</th><th>unit</th>")
     parts.append("<th>mean</th><th>p95</th><th>peak</th><th>total</th></tr>")
     for row in summary(series(run) if all_series is None else all_series):
-        cells = (row.group, row.label, row.unit, *map(_number, (row.mean, row.p95, row.peak)))
+        label = _cut(row.label, MAX_KEY_CHARS)
+        cells = (row.group, label, row.unit, *map(_number, (row.mean, row.p95, row.peak)))
         parts.append(
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (*cells, row.total)) + "</tr>"
         )
-    parts.append("</table><h2>Figures</h2>")
+    parts.append(f"</table><h{h}>Figures</h{h}>")
     left_out = axis(run).left_out
     if left_out:
         parts.append(f"<p><small>The {left_out} samples before the first step are not drawn.")
@@ -474,8 +574,63 @@ def render(
     for group, png in pngs.items():
         data = base64.b64encode(png).decode()
         parts.append(f'<p><img alt="{html.escape(group)}" src="data:image/png;base64,{data}"></p>')
+    return parts
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def node_label(node: Optional[int]) -> str:
+    """How a node is named on the page: ``"node 3"`` (``"no node"`` where a sample says none)."""
+    return "no node" if node is None else f"node {node}"
+
+
+def render(
+    run: Run, title: str, pngs: dict[str, bytes], all_series: Optional[Sequence[Series]] = None
+) -> str:
+    """The whole HTML page for ``run``: recordings, findings, summary table, figures (``pngs``).
+
+    ``all_series`` is ``series(run)``, where the caller has it already. A run of several
+    nodes (a file they all appended to) gets one section per node, nothing mixed; its
+    ``pngs`` are named ``"node {k}: {group}"`` (see :func:`node_figures`).
+    """
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+    ]
+    nodes = run.by_node()
+    if len(nodes) == 1:
+        parts += _section(run, pngs, all_series, 2)
+    else:
+        names = ", ".join(node_label(k) for k, _ in nodes)
+        said = f"Samples of {len(nodes)} nodes ({names}), each shown on its own."
+        parts.append(f"<p>{html.escape(said)}</p>")
+        for node, part in nodes:
+            prefix = node_label(node) + ": "
+            mine = {g[len(prefix) :]: p for g, p in pngs.items() if g.startswith(prefix)}
+            parts.append(f"<h2>{html.escape(_capital(node_label(node)))}</h2>")
+            parts += _section(part, mine, None, 3)
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def node_figures(run: Run, name: str = "") -> dict[str, bytes]:
+    """:func:`figures` of each node of ``run``, named by node (``"node {k}: {group}"``).
+
+    Each figure's title names its node; a run of one node gets :func:`figures`' own.
+    """
+    nodes = run.by_node()
+    if len(nodes) == 1:
+        return figures(run, None, name)
+    pngs = {}
+    for node, part in nodes:
+        label = node_label(node)
+        titled = f"{name}, {label}" if name else label
+        pngs.update({f"{label}: {g}": png for g, png in figures(part, None, titled).items()})
+    return pngs
 
 
 def _slug(group: str) -> str:
@@ -505,7 +660,7 @@ def write_report(
     if not summary(all_series):
         raise ValueError(f"{os.fspath(path)} has no metric values (no finite number)")
     name = os.path.basename(os.fspath(path))
-    pngs = figures(run, all_series, name)
+    pngs = figures(run, all_series, name) if len(run.nodes) <= 1 else node_figures(run, name)
     written = []
     if png_dir is not None:
         os.makedirs(png_dir, exist_ok=True)

@@ -103,6 +103,31 @@ def test_lightning_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
     assert rank0 == rank1 == [-1, *loss_steps]
 
 
+def test_lightning_run_file_true_writes_one_file_per_node(tmp_path: Path) -> None:
+    """Regression: with ``run_file=True`` both nodes appended to one
+    ``system_metrics.jsonl`` in the (broadcast) log directory, unmarked, and the report
+    mixed them. Each node writes ``system_metrics.node{k}.jsonl``, every sample tagged."""
+    pytest.importorskip("lightning")
+    port = str(free_port())
+    script = str(JOBS / "lightning_job.py")
+    run_all([
+        ([sys.executable, script, str(tmp_path / f"node{k}"), "nodes", "run_file"],
+         {"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+        for k in (0, 1)
+    ])  # fmt: skip
+    files = sorted(p.name for p in tmp_path.glob("node*/csv/version_0/system_metrics*.jsonl"))
+    assert files == ["system_metrics.node0.jsonl", "system_metrics.node1.jsonl"]
+    for k in (0, 1):
+        (path,) = tmp_path.glob(f"node*/csv/version_0/system_metrics.node{k}.jsonl")
+        records = [json.loads(x) for x in path.read_text().splitlines()]
+        assert records[0]["run"]["node"] == k and records[-1]["end"]["node"] == k
+        assert records[-1]["end"]["status"] == "finished"
+        samples = records[1:-1]
+        assert len(samples) > 5 and all(x["node"] == k for x in samples)
+        steps = [x["step"] for x in samples]
+        assert steps[0] == 0 and steps[-1] == 23  # 24 steps, from the start-up sample on
+
+
 def test_lightning_ddp_spawn_counts_every_rank_on_the_node(tmp_path: Path) -> None:
     """Regression: under ddp_spawn rank 1 is not rank 0's child; ``cpu`` read ~50 % of
     2 CPUs (rank 0 alone) where both ranks kept a CPU busy."""

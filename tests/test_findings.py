@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sysmetrics import findings as fd
+from sysmetrics import runfile
 from sysmetrics.findings import Finding, findings, read_run
 
 
@@ -72,7 +73,7 @@ def test_columns_hold_nan_where_a_sample_lacks_the_key(tmp_path: Path) -> None:
 
 
 def test_read_run_keeps_at_most_max_keys(tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(fd, "MAX_KEYS", 3)
+    monkeypatch.setattr(runfile, "MAX_KEYS", 3)
     run = read_run(write_run(tmp_path / "run.jsonl", [{f"k{n}": n} for n in range(6)]))
     assert sorted(run.columns) == ["k0", "k1", "k2"]
     assert len(run) == 6
@@ -313,6 +314,6 @@ def test_orjson_and_the_stdlib_read_the_same(
     path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in records) + junk)
     fast = read_run(path)
     with monkeypatch.context() as m:
-        m.setattr(fd._optional, "fast_json_loads", lambda: None)
+        m.setattr(runfile._optional, "fast_json_loads", lambda: None)
         slow = read_run(path)
     assert same(fast, slow)

@@ -121,7 +121,9 @@ def test_a_shared_monitor_feeds_the_callback_and_a_run_file(tmp_path: Path) -> N
         assert sampler_threads() == ["sysmetrics-monitor"]  # one sampler for everything
         assert monitor.running  # the callback did not start it, so it does not stop it
         assert len(history.history["system/cpu"]) == 2
-    lines = [json.loads(x) for x in run_file.read_text().splitlines()]
+    records = [json.loads(x) for x in run_file.read_text().splitlines()]
+    lines = [x for x in records if "metrics" in x]
+    assert "run" in records[0] and records[-1]["end"]["status"] == "finished"
     # At 0.01 s a late tick followed by one on time leaves a window under 5 ms, too short
     # for a cpu reading: such a sample has the other keys.
     assert lines and all(x["metrics"] for x in lines)

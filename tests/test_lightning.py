@@ -164,23 +164,56 @@ def test_bad_options_fail_at_construction(kwargs: dict[str, Any], match: str) ->
 
 
 def run_file_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text().splitlines()]
+    """The sample lines of a run file (its ``run`` and ``end`` markers left out)."""
+    return [x for x in map(json.loads, path.read_text().splitlines()) if "metrics" in x]
 
 
 def test_run_file_beside_the_logs_on_the_logged_step_axis(tmp_path: Path) -> None:
     model = TinyModel(sleep=0.02)
     fit(tmp_path, SystemMetricsCallback(interval=0.02, run_file=True), model=model)
-    lines = run_file_lines(tmp_path / "csv/version_0/system_metrics.jsonl")  # trainer.log_dir
+    path = tmp_path / "csv/version_0/system_metrics.jsonl"  # trainer.log_dir
+    lines = run_file_lines(path)
+    markers = [json.loads(x) for x in path.read_text().splitlines()]
+    assert markers[0]["run"]["command"] is None and markers[0]["run"]["interval"] == 0.02
+    assert markers[-1]["end"]["status"] == "finished"
     steps = [x["step"] for x in lines]
     # The last sample, taken as the monitor stops, may be too close to the one before
     # for a cpu reading (under 5 ms); every other has it.
     assert len(lines) > 10 and all("cpu" in x["metrics"] for x in lines[:-1])
-    # 16 steps logged at 0..15: samples carry the step being trained (None before the first).
-    assert {s for s in steps if s is not None} <= set(range(16))
+    # 16 steps logged at 0..15: samples carry the step being trained (the first sample,
+    # taken at train start, the first step's).
+    assert {s for s in steps if s is not None} <= set(range(16)) and steps[0] == 0
     assert len({s for s in steps if s is not None}) >= 8
     known = [s for s in steps if s is not None]
     assert known == sorted(known)
     assert steps[-1] == 15  # the last sample, taken as the monitor stops, has the last step
+
+
+def test_run_file_has_the_first_sample_the_loggers_got(tmp_path: Path) -> None:
+    """Regression: at ``interval=2`` the run file started after the monitor's first sample,
+    so the steps before the second sample were missing although the loggers had them."""
+    path = tmp_path / "run.jsonl"
+    fit(tmp_path, SystemMetricsCallback(interval=2.0, run_file=path), log_every_n_steps=1)
+    lines = run_file_lines(path)
+    rows = [r for r in csv_rows(tmp_path) if r.get("system/cpu")]
+    # 16 quick steps: the start-up sample and the one taken at stop.
+    assert [x["step"] for x in lines] == [0, 15]
+    first = rows[0]
+    assert int(first["step"]) == 0  # the loggers got the start-up window at step 0 ...
+    # ... and it is the run file's first sample.
+    assert float(first["system/cpu"]) == pytest.approx(lines[0]["metrics"]["cpu"], rel=1e-9)
+
+
+def test_run_file_says_whether_training_finished_or_failed(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    fit(tmp_path / "a", SystemMetricsCallback(interval=0.05, run_file=good))
+    with pytest.raises(RuntimeError, match="boom"):
+        fit(tmp_path / "b", SystemMetricsCallback(interval=0.05, run_file=bad),
+            model=TinyModel(fail_at=3))  # fmt: skip
+    for path, status in ((good, "finished"), (bad, "failed")):
+        records = [json.loads(x) for x in path.read_text().splitlines()]
+        assert "run" in records[0] and records[-1]["end"]["status"] == status, path
+        assert records[-1]["end"]["samples"] == len(records) - 2
 
 
 def test_a_shared_monitor_is_read_not_stopped(tmp_path: Path) -> None:

@@ -410,3 +410,35 @@ def test_a_group_of_error_counters_only_has_no_figure(tmp_path: Path) -> None:
     run = read_run(write_run(tmp_path / "r", samples))
     assert report.figures(run) == {}
     assert report.summary(report.series(run))[0].total == "4 count"
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=40),
+            st.sampled_from(
+                ["disk./x$\\badcmd$.usagePercent", "$x^2$", "\\", "<b>", "a\x00\r\n", "_x"]
+            ),
+            st.builds(lambda c, n: c * n, st.characters(), st.integers(2000, 20_000)),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_any_key_names_give_a_page(tmp_path: Path, keys: list[str]) -> None:
+    """Regression: a key with mathtext (``$\\badcmd$`` in a disk path) gave no page at all.
+
+    Control characters, ``$``, ``\\``, HTML and very long names: always a page, through
+    ``write_report`` with its figures, every key plain text.
+    """
+    samples = [{k: float(n + i) for i, k in enumerate(keys)} for n in range(4)]
+    path = write_run(tmp_path / "run.jsonl", samples)
+    out = tmp_path / "page.html"
+    report.write_report(path, out)
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>")
+    assert "<td><b>" not in page  # escaped: &lt;b&gt;
+    assert page.count('src="data:image/png;base64,') >= 1

@@ -112,7 +112,10 @@ def test_run_file_in_the_logging_dir_on_the_logged_step_axis(tmp_path: Path) -> 
     trainer = train(tmp_path, SystemMetricsCallback(interval=0.02, run_file=True))
     (path,) = tmp_path.glob("out/**/system_metrics.jsonl")
     assert str(path.parent) == (getattr(trainer.args, "logging_dir", None) or str(tmp_path / "out"))
-    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    records = [json.loads(x) for x in path.read_text().splitlines()]
+    assert "run" in records[0] and records[-1]["end"]["status"] == "finished"
+    lines = [x for x in records if "metrics" in x]
+    assert lines[0]["step"] == 1  # the start-up sample, at the first step
     steps = [x["step"] for x in lines if x["step"] is not None]
     # The last sample, taken as the monitor stops, may be too close to the one before
     # for a cpu reading (under 5 ms); every other has it.

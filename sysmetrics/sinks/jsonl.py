@@ -1,16 +1,23 @@
-"""The run file: one JSON line per sample, written by the sink's own reader and thread."""
+"""The run file: one JSON line per sample, written by the sink's own reader and thread.
+
+The lines (a ``run`` marker, the samples, an ``end`` marker) are declared in
+:mod:`sysmetrics.runfile`, with the reader.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
+import socket
 import threading
+import time
 import warnings
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Union
+from typing import Any, Optional, Union
 
+from sysmetrics import runfile
 from sysmetrics._checks import positive_int
 from sysmetrics.collectors.base import SystemMetricsWarning, quote
 from sysmetrics.monitor import SystemMonitor
@@ -22,31 +29,31 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 BUFFER = 1000  # samples kept for a writer that fell behind (the oldest are dropped)
 CLOSE_WAIT = 1.0  # seconds close() waits for the writer to drain
+LINK_CHECK = 10.0  # seconds between two checks that the run file still has a name
 
 
-def line(sample: Sample) -> bytes:
-    """One sample as a run-file line (UTF-8 JSON and a newline).
+def line(sample: Sample, node: Optional[int] = None) -> bytes:
+    """One sample as a run-file line (UTF-8 JSON and a newline), see :mod:`sysmetrics.runfile`.
 
     ``{"time": s since the epoch, "monotonic": s, "step": int or null, "metrics": {key: value}}``
+    and ``"node": k`` where ``node`` is given.
     """
-    record = {
-        "time": round(sample.time, 6),
-        "monotonic": round(sample.monotonic, 6),
-        "step": sample.step,
-        "metrics": sample.values,
-    }
-    return (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    return runfile.sample_line(sample.time, sample.monotonic, sample.step, sample.values, node)
 
 
 class JsonlSink:
-    """Append every sample of ``monitor`` to ``path`` as one JSON line (see :func:`line`).
+    """Append a recording of ``monitor`` to ``path``: ``run`` line, samples, ``end`` line.
 
-    A reader with a buffer receives each sample; the sink's daemon thread writes what it
-    holds with one ``write()`` per line on a file opened for appending, so a process killed
-    with SIGKILL loses at most the line being written. The sampling thread never waits on
-    the file: a writer that falls behind (a stalled disk) loses the oldest samples beyond
-    ``buffer``, counted in :attr:`dropped`. A write that fails (disk full, the file
-    removed from a network mount) stops the sink with one :class:`SystemMetricsWarning`;
+    The lines are those of :mod:`sysmetrics.runfile`. A reader with a buffer receives each
+    sample from the next one on (make the sink before ``monitor.start()`` for its first
+    sample); the sink's daemon thread writes the ``run`` line, then what the reader holds,
+    with one ``write()`` per line on a file opened for appending, so a process killed
+    with SIGKILL loses at most the line being written (and has no ``end`` line). The
+    sampling thread never waits on the file: a writer that falls behind (a stalled disk)
+    loses the oldest samples beyond ``buffer``, counted in :attr:`dropped`. A write that
+    fails (disk full, the file removed from a network mount) stops the sink with one
+    :class:`SystemMetricsWarning`, and so does a run file that was deleted (its link
+    count, checked every ``LINK_CHECK`` s, fell to 0: its directory was removed, say);
     the monitor and training go on. The monitor is not started or stopped by the sink.
 
     Args:
@@ -54,6 +61,9 @@ class JsonlSink:
         path: the run file; created if missing, appended to if it exists. Its directory
             must exist.
         buffer: samples kept for a writer that fell behind.
+        command: the command recorded (``sysmetrics record``), for the ``run`` line.
+        node: the node rank, for the ``run`` and ``end`` lines (0 by default).
+        multi_node: the run spans several nodes: every sample line carries ``node``.
 
     Raises:
         TypeError, ValueError: ``monitor``, ``path`` or ``buffer`` is invalid.
@@ -61,7 +71,16 @@ class JsonlSink:
 
     """
 
-    def __init__(self, monitor: SystemMonitor, path: PathLike, buffer: int = BUFFER) -> None:
+    def __init__(
+        self,
+        monitor: SystemMonitor,
+        path: PathLike,
+        buffer: int = BUFFER,
+        *,
+        command: Optional[Sequence[str]] = None,
+        node: int = 0,
+        multi_node: bool = False,
+    ) -> None:
         if not isinstance(monitor, SystemMonitor):
             raise TypeError(f"monitor={monitor!r} is invalid: use a sysmetrics.SystemMonitor")
         if monitor._state == "stopped":
@@ -79,6 +98,25 @@ class JsonlSink:
         self.path = os.fspath(path)
         if not isinstance(self.path, str) or not self.path:
             raise ValueError(f"path={path!r} is invalid: use the run file's path")
+        if command is not None and (
+            isinstance(command, str) or not all(isinstance(a, str) for a in command)
+        ):
+            raise TypeError(f"command={command!r} is invalid: use a list of arguments, or None")
+        if type(node) is not int or node < 0:
+            raise ValueError(f"node={node!r} is invalid: use the node rank, 0 or more")
+        self._node = node
+        self._multi_node = bool(multi_node)
+        self._started = time.monotonic()
+        self._run = runfile.run_line(
+            command=None if command is None else list(command),
+            host=socket.gethostname(),
+            node=node,
+            pid=monitor.pid,
+            start=round(time.time(), 6),
+            interval=monitor.interval,
+            version=runfile.version(),
+        )
+        self._end: dict[str, Any] = {}
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             self._reader = monitor.reader(buffer=buffer)
@@ -96,16 +134,34 @@ class JsonlSink:
         return self._reader.dropped
 
     def _write(self) -> None:
-        reader, closing = self._reader, self._closing
+        reader, closing, fd = self._reader, self._closing, self._fd
+        node = self._node if self._multi_node else None
         try:
+            os.write(fd, self._run)
+            checked = time.monotonic()
             while True:
                 reader.wait(0.5)
                 done = closing.is_set()  # taken before the last drain
                 for sample in reader.samples():
-                    os.write(self._fd, line(sample))
+                    os.write(fd, line(sample, node))
                     self.lines += 1
                 if done:
+                    seconds = round(time.monotonic() - self._started, 3)
+                    end = {"seconds": seconds, "node": self._node, "samples": self.lines}
+                    end.update(dropped=reader.dropped, **self._end)
+                    os.write(fd, runfile.end_line(**end))
                     return
+                if time.monotonic() - checked >= LINK_CHECK:
+                    checked = time.monotonic()
+                    if os.fstat(fd).st_nlink == 0:
+                        reader.close()
+                        warnings.warn(
+                            f"sysmetrics: the run file {self.path!r} was deleted (or its "
+                            "directory was) and is no longer written, training goes on",
+                            SystemMetricsWarning,
+                            stacklevel=1,
+                        )
+                        return
         except Exception as exc:
             reader.close()
             warnings.warn(
@@ -118,11 +174,15 @@ class JsonlSink:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
 
-    def close(self, timeout: float = CLOSE_WAIT) -> None:
-        """Write what the reader holds and close the file; idempotent, waits ``timeout`` s.
+    def close(self, timeout: float = CLOSE_WAIT, end: Optional[Mapping[str, Any]] = None) -> None:
+        """Write what the reader holds, the ``end`` line, and close the file; idempotent.
 
-        A writer stuck on a stalled disk is left behind on its daemon thread.
+        Waits ``timeout`` s; a writer stuck on a stalled disk is left behind on its daemon
+        thread. ``end``: more fields for the ``end`` line (``exit_status``, ``status``, ...;
+        see :mod:`sysmetrics.runfile`), taken at the first call.
         """
+        if not self._closing.is_set() and end:
+            self._end = dict(end)
         self._closing.set()
         self._reader.close()  # no new samples; wakes the writer
         if self._thread is not threading.current_thread():

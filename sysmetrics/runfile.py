@@ -1,0 +1,427 @@
+"""The run file: its line format (the schema), the lines a writer makes, and the reader.
+
+A run file is UTF-8 JSON, one object per line, appended to by
+:class:`~sysmetrics.sinks.jsonl.JsonlSink` (``sysmetrics record`` and the callbacks'
+``run_file=``). Each recording in it is::
+
+    {"run": {"command": [...] or null, "host": str, "node": int, "pid": int,
+             "start": s since the epoch, "interval": s, "version": str}}
+    {"time": s since the epoch, "monotonic": s, "step": int or null,
+     "metrics": {key: value}, "node": int}            one line per sample
+    ...
+    {"end": {"seconds": s, "node": int, "samples": int, "dropped": int,
+             "exit_status": int | "signal": int, "signal_name": str | "status": str}}
+
+- ``run`` is the first line of a recording: ``command`` is the command ``record`` ran
+  (a list of arguments; null for a callback), ``host`` the machine's name, ``node`` the
+  node rank (0 on one node), ``pid`` the process whose tree is watched (the command
+  under ``record``, the training process under a callback), ``start`` when the
+  recording started, ``interval`` the seconds between samples, ``version`` the
+  sysmetrics version that wrote it.
+- A sample line has ``node`` only where the run spans several nodes (several nodes may
+  append to one file on a shared filesystem: their samples are told apart by it).
+- ``end`` is the last line of a recording that ended in order: ``seconds`` from its
+  start, ``node``, ``samples`` written and ``dropped`` (lost to a writer that fell
+  behind); under ``record`` the command's ``exit_status``, or the ``signal`` (number)
+  and ``signal_name`` that killed it; under a callback ``status``: ``"finished"`` or
+  ``"failed"`` (training raised). A recording with no end line ended without one: the
+  process was killed (SIGKILL, out of memory) or crashed.
+
+Readers skip lines they do not know, so a file with markers reads in older readers, and
+:func:`read_run` reads files written before the markers existed (samples only: their
+recordings are then told apart by the clock, see :mod:`sysmetrics.report`). Every reader
+of run files uses :func:`read_run`; every writer uses :func:`sample_line`,
+:func:`run_line` and :func:`end_line`.
+
+:func:`read_run` reads at most ``MAX_LINES`` (1,000,000) lines, skips any line over
+``MAX_LINE_BYTES`` (1 MiB) or that is none of the above, keeps at most ``MAX_KEYS``
+(10,000) distinct keys and ``MAX_RECORDINGS`` (10,000) recordings, and keeps only the
+marker fields of a JSON scalar or list of strings type, strings cut at
+``MAX_FIELD_CHARS`` (1,000) characters.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+import os
+import re
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Optional, Union
+
+from sysmetrics import _optional
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+MAX_LINES = 1_000_000  # lines read from a run file at most (junk lines count)
+MAX_LINE_BYTES = 1 << 20  # bytes; a longer line is skipped
+MAX_KEYS = 10_000  # distinct metric keys kept at most; later new keys are dropped
+MAX_RECORDINGS = 10_000  # recordings (run lines) kept at most; later ones are ignored
+MAX_FIELD_CHARS = 1000  # characters kept of a marker's string field
+MAX_FIELD_ITEMS = 1000  # items kept of a marker's list field
+
+_GPU_PROCESS_KEY = re.compile(r"gpu\.process\.(\d+)\.")
+_NAN = math.nan
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def version() -> str:
+    """The installed sysmetrics distribution's version, or ``unknown``."""
+    try:
+        return importlib.metadata.version("sysmetrics")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _dumps(record: Mapping[str, Any]) -> bytes:
+    return (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
+
+
+def sample_line(
+    time: float,
+    monotonic: float,
+    step: Optional[int],
+    metrics: Mapping[str, float],
+    node: Optional[int] = None,
+) -> bytes:
+    """One sample as a run-file line (UTF-8 JSON and a newline); ``node`` where given."""
+    record: dict[str, Any] = {
+        "time": round(time, 6),
+        "monotonic": round(monotonic, 6),
+        "step": step,
+        "metrics": metrics,
+    }
+    if node is not None:
+        record["node"] = node
+    return _dumps(record)
+
+
+def run_line(**fields: Any) -> bytes:
+    """The first line of a recording: ``{"run": fields}`` (see the module for the fields)."""
+    return _dumps({"run": fields})
+
+
+def end_line(**fields: Any) -> bytes:
+    """The last line of a recording: ``{"end": fields}`` (see the module for the fields)."""
+    return _dumps({"end": fields})
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def _number(value: Any) -> Optional[float]:
+    """``value`` as a finite float, or ``None`` for anything else (bools included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _integer(value: Any) -> Optional[int]:
+    """``value`` where it is an int of 64 bits (not a bool), else ``None``."""
+    return value if type(value) is int and -(2**63) <= value < 2**63 else None
+
+
+def _fields(data: Mapping[Any, Any]) -> dict[str, Any]:
+    """A marker's fields, bounded: JSON scalars and lists of strings, strings cut short."""
+    out: dict[str, Any] = {}
+    for key, value in list(data.items())[:MAX_FIELD_ITEMS]:
+        if not isinstance(key, str):
+            continue
+        key = key[:MAX_FIELD_CHARS]
+        if isinstance(value, str):
+            out[key] = value[:MAX_FIELD_CHARS]
+        elif value is None or isinstance(value, bool) or _integer(value) is not None:
+            out[key] = value
+        elif isinstance(value, float):
+            out[key] = value if math.isfinite(value) else None
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out[key] = [v[:MAX_FIELD_CHARS] for v in value[:MAX_FIELD_ITEMS]]
+    return out
+
+
+@dataclass
+class Recording:
+    """One recording of a run file: its ``run`` line's fields and its ``end`` line's.
+
+    ``end`` is ``None`` where the recording has no end line (the process was killed or
+    crashed, or it is still running). ``first`` is its first sample's index in the
+    :class:`Run` it was read into (the number of samples before its ``run`` line).
+    """
+
+    run: dict[str, Any]
+    end: Optional[dict[str, Any]] = None
+    first: int = 0
+
+    @property
+    def node(self) -> Optional[int]:
+        """The node rank the recording says it is from, where it says."""
+        return _integer(self.run.get("node"))
+
+    @property
+    def start(self) -> Optional[float]:
+        """When it started, s since the epoch, where it says."""
+        return _number(self.run.get("start"))
+
+    @property
+    def seconds(self) -> Optional[float]:
+        """How long it ran, s, where its ``end`` line says."""
+        return None if self.end is None else _number(self.end.get("seconds"))
+
+    @property
+    def command(self) -> Optional[list[str]]:
+        """The command ``record`` ran, where it says."""
+        command = self.run.get("command")
+        return command if isinstance(command, list) else None
+
+
+class Run:
+    """A run file as columns: entry ``j`` of each list or column is sample ``j``.
+
+    ``time`` is s since the epoch, ``monotonic`` s on the sampler's monotonic clock,
+    ``step`` the training step (``None`` where unknown or not a 64-bit integer), ``node``
+    the node rank (the sample's, else its recording's; ``None`` where neither says),
+    ``recording`` the index of the sample's :class:`Recording` in ``recordings`` (-1 for
+    a sample before any ``run`` line: a file written before the markers existed).
+    ``columns`` maps each metric key to an ``array('d')`` of its values, NaN where a sample
+    lacks the key (only finite numbers are kept). Columns, not a dict per sample: a day at
+    1 s is 86,400 samples.
+    """
+
+    def __init__(self) -> None:
+        self.time: list[Optional[float]] = []
+        self.monotonic: list[Optional[float]] = []
+        self.step: list[Optional[int]] = []
+        self.node: list[Optional[int]] = []
+        self.recording: list[int] = []
+        self.recordings: list[Recording] = []
+        self.columns: dict[str, array[float]] = {}
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def add(
+        self,
+        metrics: Mapping[str, Any],
+        time: Any = None,
+        monotonic: Any = None,
+        step: Any = None,
+        node: Optional[int] = None,
+        recording: int = -1,
+    ) -> None:
+        """Append one sample; values that are not finite numbers are dropped."""
+        n = len(self.step)
+        columns = self.columns
+        for key, value in metrics.items():
+            kind = type(value)
+            if kind is int:
+                try:
+                    value = float(value)
+                except OverflowError:
+                    continue
+            elif kind is not float or value - value != 0:  # not a float, or inf or NaN
+                continue
+            column = columns.get(key)
+            if column is None:
+                if len(columns) >= MAX_KEYS:
+                    continue
+                column = columns[key] = array("d", [_NAN]) * n
+            elif len(column) < n:
+                column.extend(array("d", [_NAN]) * (n - len(column)))
+            column.append(value)
+        self.time.append(_number(time))
+        self.monotonic.append(_number(monotonic))
+        self.step.append(_integer(step))
+        self.node.append(node)
+        self.recording.append(recording)
+
+    def pad(self) -> None:
+        """Fill every column with NaN up to the last sample (after the last :meth:`add`)."""
+        n = len(self.step)
+        for column in self.columns.values():
+            if len(column) < n:
+                column.extend(array("d", [_NAN]) * (n - len(column)))
+
+    def metrics(self, j: int) -> dict[str, float]:
+        """Sample ``j``'s metrics, as a dict (the keys it has)."""
+        return {k: c[j] for k, c in self.columns.items() if c[j] == c[j]}
+
+    def present(self, key: str) -> list[int]:
+        """The samples that have ``key``."""
+        column = self.columns.get(key)
+        return [] if column is None else [j for j, v in enumerate(column) if v == v]
+
+    @property
+    def nodes(self) -> list[Optional[int]]:
+        """The node ranks of the samples, in the order first seen."""
+        return list(dict.fromkeys(self.node))
+
+    def select(self, samples: Sequence[int]) -> Run:
+        """A new run of ``samples`` (indices, in order), with the recordings they are in."""
+        out = Run()
+        firsts: dict[int, int] = {}
+        for n, j in enumerate(samples):
+            firsts.setdefault(self.recording[j], n)
+        keep = sorted(r for r in firsts if r >= 0)
+        index = {r: n for n, r in enumerate(keep)}
+        for r in keep:
+            rec = self.recordings[r]
+            out.recordings.append(Recording(rec.run, rec.end, firsts[r]))
+        out.time = [self.time[j] for j in samples]
+        out.monotonic = [self.monotonic[j] for j in samples]
+        out.step = [self.step[j] for j in samples]
+        out.node = [self.node[j] for j in samples]
+        out.recording = [index.get(self.recording[j], -1) for j in samples]
+        for key, column in self.columns.items():
+            picked = array("d", (column[j] for j in samples))
+            if any(v == v for v in picked):
+                out.columns[key] = picked
+        return out
+
+    def by_node(self) -> list[tuple[Optional[int], Run]]:
+        """The run split by node, in the order first seen: one part where there is one."""
+        nodes = self.nodes
+        if len(nodes) <= 1:
+            return [(nodes[0] if nodes else None, self)]
+        return [(k, self.select([j for j, n in enumerate(self.node) if n == k])) for k in nodes]
+
+    @cached_property
+    def used_gpus(self) -> dict[str, list[bool]]:
+        """For each GPU index the job uses at some point: whether it does in each sample.
+
+        The job uses GPU ``i`` in a sample that has a ``gpu.process.{i}.*`` key.
+        """
+        used: dict[str, list[bool]] = {}
+        for key, column in self.columns.items():
+            m = _GPU_PROCESS_KEY.match(key)
+            if m:
+                flags = used.setdefault(m.group(1), [False] * len(self))
+                for j, v in enumerate(column):
+                    if v == v:
+                        flags[j] = True
+        return used
+
+    @cached_property
+    def job_gpu_percent(self) -> list[Optional[float]]:
+        """Per sample, the mean ``gpu.{i}.gpu`` (%) over the GPUs the job uses in it."""
+        out: list[Optional[float]] = [None] * len(self)
+        counts = [0] * len(self)
+        for i, flags in self.used_gpus.items():
+            column = self.columns.get(f"gpu.{i}.gpu")
+            if column is None:
+                continue
+            for j, v in enumerate(column):
+                if flags[j] and v == v:
+                    total = out[j]
+                    out[j] = v if total is None else total + v
+                    counts[j] += 1
+        return [None if t is None else t / c for t, c in zip(out, counts)]
+
+    def span(self, samples: Sequence[int]) -> Optional[Span]:
+        """The first and last step of ``samples``, or their first and last time."""
+        steps = [s for j in samples if (s := self.step[j]) is not None]
+        if samples and len(steps) == len(samples):
+            return Span("step", min(steps), max(steps))
+        times = [t for j in samples if (t := self.time[j]) is not None]
+        if samples and len(times) == len(samples):
+            return Span("time", min(times), max(times))
+        return None
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where something held: ``axis`` is ``"step"`` or ``"time"`` (s since the epoch)."""
+
+    axis: str
+    first: float
+    last: float
+
+
+@dataclass
+class _Reading:
+    """What :func:`read_run` keeps between lines: the recording open on each node."""
+
+    run: Run
+    open: dict[Optional[int], int] = field(default_factory=dict)  # node -> recording
+    last: int = -1  # the latest recording
+    nodes: dict[int, list[int]] = field(default_factory=dict)  # node -> its recordings
+
+
+def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]]) -> None:
+    """Add one line to the run where it is a run-file record; skip it otherwise.
+
+    ``fast`` (orjson's ``loads``) parses first where given; a line it rejects (``NaN``, an
+    integer over 64 bits, ...) is parsed again by the stdlib, so both read the same.
+    """
+    data = None
+    if fast is not None:
+        try:
+            data = fast(raw)
+        except ValueError:  # orjson.JSONDecodeError is one
+            data = None
+    if data is None:
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return
+    if not isinstance(data, dict):
+        return
+    run = state.run
+    if isinstance(data.get("metrics"), dict):
+        node = _integer(data.get("node"))
+        if node is None:
+            r = state.last
+        else:
+            r = state.open.get(node, -1)
+            if r < 0:  # its recording ended, or its run line is missing: the latest of its node
+                r = state.nodes[node][-1] if node in state.nodes else -1
+        if node is None and r >= 0:
+            node = run.recordings[r].node
+        run.add(data["metrics"], data.get("time"), data.get("monotonic"), data.get("step"), node, r)
+    elif isinstance(data.get("run"), dict) and len(run.recordings) < MAX_RECORDINGS:
+        rec = Recording(_fields(data["run"]), None, len(run))
+        run.recordings.append(rec)
+        state.last = len(run.recordings) - 1
+        state.open[rec.node] = state.last
+        if rec.node is not None:
+            state.nodes.setdefault(rec.node, []).append(state.last)
+    elif isinstance(data.get("end"), dict):
+        end = _fields(data["end"])
+        node = _integer(end.get("node"))
+        r = state.open.pop(node, -1) if node is not None else state.last
+        if r < 0 and node is not None:  # its run line named no node
+            r = state.open.pop(None, -1)
+        if r >= 0 and run.recordings[r].end is None:
+            run.recordings[r].end = end
+
+
+def read_run(path: PathLike, max_lines: int = MAX_LINES) -> Run:
+    """The run file at ``path`` as a :class:`Run`, samples in file order.
+
+    Reads at most ``max_lines`` lines; a line over ``MAX_LINE_BYTES`` bytes, or one that is
+    neither a JSON object with a ``metrics`` object nor a ``run`` or ``end`` marker, is
+    skipped. Junk never raises; a file that cannot be opened does (``OSError``).
+    """
+    state = _Reading(Run())
+    fast = _optional.fast_json_loads()
+    with open(path, "rb") as file:
+        for _ in range(max_lines):
+            raw = file.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            if len(raw) > MAX_LINE_BYTES:  # too long: skip to the end of the line
+                while raw and not raw.endswith(b"\n"):
+                    raw = file.readline(MAX_LINE_BYTES)
+                continue
+            _add_line(state, raw, fast)
+    state.run.pad()
+    return state.run

@@ -1,0 +1,348 @@
+"""The run file as a record of the run: markers, how each recording ended, nodes kept apart.
+
+Real recordings (``sysmetrics record`` of real commands that exit 1, die of a signal, or
+whose recorder is killed), real sinks on real files, and the report read back from them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sysmetrics import SystemMetricsWarning, SystemMonitor, runfile
+from sysmetrics.findings import read_run as read_run_from_findings
+from sysmetrics.runfile import read_run
+from sysmetrics.sinks import jsonl
+from sysmetrics.sinks.jsonl import JsonlSink
+from tests.conftest import ScriptedCollector
+from tests.polling import wait_for
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def record(path: Path, *command: str, interval: str = "0.1") -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "sysmetrics", "record", "--output", str(path),
+           "--interval", interval, "--", *command]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def report_page(path: Path, tmp_path: Path) -> str:
+    pytest.importorskip("matplotlib", reason="needs the [report] extra")
+    out = tmp_path / "page.html"
+    cmd = [sys.executable, "-m", "sysmetrics", "report", str(path), "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return out.read_text()
+
+
+EXIT_1 = "import time; time.sleep(0.4); raise SystemExit(1)"
+
+
+def test_record_marks_the_run_and_how_the_command_exited(tmp_path: Path) -> None:
+    """Regression: the run file held samples only; a failed command read as a good run."""
+    path = tmp_path / "run.jsonl"
+    done = record(path, sys.executable, "-c", EXIT_1)
+    assert done.returncode == 1, done.stderr
+    got = lines(path)
+    first, last = got[0], got[-1]
+    run = first["run"]
+    assert run["command"] == [sys.executable, "-c", EXIT_1]
+    assert run["host"] == socket.gethostname() and run["node"] == 0
+    assert isinstance(run["pid"], int) and run["pid"] != os.getpid()  # the command's
+    assert abs(run["start"] - time.time()) < 60 and run["interval"] == 0.1
+    assert isinstance(run["version"], str) and run["version"]
+    assert last["end"]["exit_status"] == 1 and "signal" not in last["end"]
+    assert 0.3 < last["end"]["seconds"] < 30
+    samples = got[1:-1]
+    assert samples and all("metrics" in x and "node" not in x for x in samples)
+    assert last["end"]["samples"] == len(samples)
+    assert samples[0]["time"] >= run["start"]
+    page = report_page(path, tmp_path)
+    assert "the command exited with status 1 after " in page
+    assert "without an end marker" not in page
+
+
+def test_record_marks_a_command_killed_by_a_signal(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    done = record(path, sys.executable, "-c",
+                  "import os, time; time.sleep(0.3); os.kill(os.getpid(), 9)")  # fmt: skip
+    assert done.returncode == 128 + 9, done.stderr
+    end = lines(path)[-1]["end"]
+    assert (end["signal"], end["signal_name"]) == (9, "SIGKILL")
+    assert "exit_status" not in end
+    page = report_page(path, tmp_path)
+    assert "the command was killed by signal 9 (SIGKILL) after " in page
+
+
+def test_record_takes_the_first_sample(tmp_path: Path) -> None:
+    """The start-up sample is in the file: at a 2 s interval a 0.3 s command has two."""
+    path = tmp_path / "run.jsonl"
+    done = record(path, sys.executable, "-c", "import time; time.sleep(0.3)", interval="2")
+    assert done.returncode == 0, done.stderr
+    got = lines(path)
+    samples = [x for x in got if "metrics" in x]
+    assert len(samples) == 2  # the first (at start) and the last (at stop)
+    assert samples[0]["time"] - got[0]["run"]["start"] < 1.0
+
+
+KILLED = textwrap.dedent(
+    """
+    import sys, time
+    from sysmetrics import SystemMonitor
+    from sysmetrics.sinks.jsonl import JsonlSink
+    m = SystemMonitor(interval=0.02)
+    sink = JsonlSink(m, sys.argv[1])
+    m.start()
+    while True:  # killed with SIGKILL by the test
+        time.sleep(0.01)
+    """
+)
+
+
+def test_a_recording_without_an_end_line_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    child = subprocess.Popen([sys.executable, "-c", KILLED, str(path)])
+    try:
+        wait_for(lambda: path.exists() and path.read_text().count("\n") >= 5, timeout=60)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    got = lines(path)
+    assert "run" in got[0] and not any("end" in x for x in got)
+    run = read_run(path)
+    (rec,) = run.recordings
+    assert rec.end is None and rec.run["pid"] == child.pid
+    page = report_page(path, tmp_path)
+    assert "the recording ended without an end marker (the process was killed or crashed)" in page
+
+
+def test_appended_recordings_are_told_apart_by_their_markers(tmp_path: Path) -> None:
+    """Regression: back-to-back recordings (no clock gap) became one "run"."""
+    path = tmp_path / "run.jsonl"
+    assert record(path, sys.executable, "-c", EXIT_1).returncode == 1
+    assert record(path, sys.executable, "-c", "import time; time.sleep(0.3)").returncode == 0
+    run = read_run(path)
+    assert len(run.recordings) == 2
+    assert [r.end and r.end.get("exit_status") for r in run.recordings] == [1, 0]
+    first = run.recordings[1].first
+    assert set(run.recording[:first]) == {0} and set(run.recording[first:]) == {1}
+    page = report_page(path, tmp_path)
+    assert " in 2 recordings (the file was appended to)" in page
+    assert page.index("exited with status 1") < page.index("exited with status 0")
+
+
+def test_files_without_markers_read_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"time": 1e9 + n, "monotonic": float(n), "step": n, "metrics": {"cpu": 1}})
+            + "\n"
+            for n in range(4)
+        )
+        + '{"something": "new"}\n'
+    )
+    run = read_run(path)
+    assert len(run) == 4 and run.recordings == [] and set(run.recording) == {-1}
+    assert read_run_from_findings is read_run  # still importable where it was
+
+
+def test_readers_that_skip_unknown_lines_keep_working(tmp_path: Path) -> None:
+    """A reader of samples only (``"metrics" in line``) sees the same samples as before."""
+    path = tmp_path / "run.jsonl"
+    m = SystemMonitor(interval=0.02)
+    sink = JsonlSink(m, path)
+    m.start()
+    time.sleep(0.1)
+    m.stop()
+    sink.close(end={"status": "finished"})
+    got = lines(path)
+    samples = [x for x in got if isinstance(x.get("metrics"), dict)]
+    assert len(samples) == len(got) - 2 == len(read_run(path))
+
+
+def test_a_deleted_run_file_warns_once_and_is_no_longer_written(tmp_path: Path) -> None:
+    """Regression: a run file whose directory was removed took writes with no warning.
+
+    At the default ``LINK_CHECK`` (10 s): the warning comes within 30 s.
+    """
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    path = folder / "run.jsonl"
+    c = ScriptedCollector({"x": 1.0})
+    m = SystemMonitor(interval=0.01, collectors=[c])
+    sink = JsonlSink(m, path)
+    m.start()
+    c.release()  # it repeats its sample from now on
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            wait_for(lambda: sink.lines >= 3)
+            path.unlink()
+            folder.rmdir()  # the directory removed, as rm -r does
+            wait_for(lambda: any("deleted" in str(w.message) for w in caught), timeout=30)
+            written = sink.lines
+            time.sleep(0.3)
+            assert sink.lines == written  # no longer written
+            assert m.running  # the monitor goes on
+        finally:
+            m.stop()
+            sink.close()
+    deleted = [w for w in caught if issubclass(w.category, SystemMetricsWarning)]
+    assert len(deleted) == 1, [str(w.message) for w in caught]
+    assert str(path) in str(deleted[0].message)
+
+
+def test_a_run_file_that_is_renamed_is_still_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jsonl, "LINK_CHECK", 0.05)
+    path, moved = tmp_path / "run.jsonl", tmp_path / "moved.jsonl"
+    c = ScriptedCollector({"x": 1.0})
+    m = SystemMonitor(interval=0.01, collectors=[c])
+    sink = JsonlSink(m, path)
+    m.start()
+    c.release()  # it repeats its sample from now on
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SystemMetricsWarning)
+        try:
+            wait_for(lambda: sink.lines >= 2)
+            path.rename(moved)
+            written = sink.lines
+            wait_for(lambda: sink.lines > written + 5)
+        finally:
+            m.stop()
+            sink.close()
+    assert "end" in lines(moved)[-1]
+
+
+def write(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def node_lines(node: int, cpu: float, t0: float) -> list[dict[str, Any]]:
+    run = {"run": {"command": None, "host": f"h{node}", "node": node, "pid": 10 + node,
+                   "start": 1e9, "interval": 1.0, "version": "x"}}  # fmt: skip
+    samples = [
+        {
+            "time": 1e9 + t0 + n,
+            "monotonic": t0 + n,
+            "step": n,
+            "metrics": {"cpu": cpu, "disk.in": 100.0 * n * (node + 1)},
+            "node": node,
+        }
+        for n in range(6)
+    ]
+    return [run, *samples, {"end": {"seconds": 6.0, "node": node, "status": "finished"}}]
+
+
+def test_nodes_appending_to_one_file_are_never_mixed(tmp_path: Path) -> None:
+    """Two nodes given one path on a shared filesystem: their lines interleave."""
+    pytest.importorskip("matplotlib", reason="needs the [report] extra")
+    from sysmetrics import report
+
+    a, b = node_lines(0, 10.0, 0.0), node_lines(1, 90.0, 0.3)
+    mixed = [x for pair in zip(a, b) for x in pair]  # run, run, sample, sample, ...
+    path = write(tmp_path / "run.jsonl", mixed)
+    run = read_run(path)
+    assert [r.node for r in run.recordings] == [0, 1]
+    parts = dict(run.by_node())
+    assert sorted(parts) == [0, 1]
+    assert set(parts[0].columns["cpu"]) == {10.0} and set(parts[1].columns["cpu"]) == {90.0}
+    assert [r.end and r.end["status"] for r in parts[1].recordings] == ["finished"]
+    written = report.write_report(path, tmp_path / "page.html", tmp_path / "png")
+    page = (tmp_path / "page.html").read_text()
+    assert "<h2>Node 0</h2>" in page and "<h2>Node 1</h2>" in page
+    node0 = page[page.index("<h2>Node 0</h2>") : page.index("<h2>Node 1</h2>")]
+    node1 = page[page.index("<h2>Node 1</h2>") :]
+    # Each node's disk.in rate (MiB) is its own (100 and 200 MiB/s), never a mix.
+    assert "<td>disk.in</td><td>MiB/s</td><td>100</td><td>100</td><td>100</td>" in node0
+    assert "<td>disk.in</td><td>MiB/s</td><td>200</td><td>200</td><td>200</td>" in node1
+    assert "training finished after 6.0 s" in node0 and "training finished after 6.0 s" in node1
+    assert any(p.endswith("node-0-cpu.png") for p in written)
+    assert any(p.endswith("node-1-cpu.png") for p in written)
+
+
+def test_multi_node_sink_tags_every_sample_with_its_node(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    m = SystemMonitor(interval=0.02)
+    sink = JsonlSink(m, path, node=3, multi_node=True)
+    m.start()
+    time.sleep(0.1)
+    m.stop()
+    sink.close()
+    got = lines(path)
+    assert got[0]["run"]["node"] == 3 and got[-1]["end"]["node"] == 3
+    assert all(x["node"] == 3 for x in got[1:-1]) and len(got) > 3
+    assert read_run(path).node == [3] * (len(got) - 2)
+
+
+def test_bad_marker_arguments_are_clear_errors(tmp_path: Path) -> None:
+    m = SystemMonitor(interval=0.1)
+    try:
+        with pytest.raises(TypeError, match="command='ls' is invalid"):
+            JsonlSink(m, tmp_path / "a", command="ls")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="node=-1 is invalid"):
+            JsonlSink(m, tmp_path / "a", node=-1)
+    finally:
+        m.stop()
+
+
+_MARKER = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.one_of(
+    st.builds(lambda v: {"run": v}, _MARKER),
+    st.builds(lambda v: {"end": v}, _MARKER),
+    st.builds(lambda n, v: {"metrics": {"cpu": 1.0}, "node": n, "time": v},
+              st.one_of(st.integers(-3, 3), _MARKER), _MARKER),
+), max_size=12))  # fmt: skip
+def test_markers_never_break_the_reader_or_the_page(
+    tmp_path: Path, records: list[dict[str, Any]]
+) -> None:
+    pytest.importorskip("matplotlib", reason="needs the [report] extra")
+    from sysmetrics import report
+
+    path = tmp_path / "fuzz.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = read_run(path)
+    assert len(run) == sum("metrics" in r for r in records)
+    assert all(-1 <= r < len(run.recordings) for r in run.recording)
+    page = report.render(run, "t", {})
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>")
+
+
+def test_field_values_are_bounded(tmp_path: Path) -> None:
+    path = write(tmp_path / "run.jsonl", [
+        {"run": {"command": ["x" * 10_000], "host": "<b>" * 5000, "node": 2**80,
+                 "nested": {"a": 1}, "start": 1e300}},
+        {"time": 1.0, "monotonic": 1.0, "step": 0, "metrics": {"cpu": 1.0}},
+    ])  # fmt: skip
+    (rec,) = read_run(path).recordings
+    assert len(rec.run["command"][0]) == runfile.MAX_FIELD_CHARS
+    assert len(rec.run["host"]) == runfile.MAX_FIELD_CHARS
+    assert "nested" not in rec.run and rec.node is None  # 2**80 is no node
