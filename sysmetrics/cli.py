@@ -17,7 +17,6 @@ import contextlib
 import ctypes
 import difflib
 import errno
-import importlib.metadata
 import mmap
 import os
 import re
@@ -33,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sysmetrics import report, steps
+from sysmetrics import report, runfile, steps
 from sysmetrics.collectors.base import SystemMetricsWarning
 from sysmetrics.live import LiveView
 from sysmetrics.monitor import SystemMonitor
@@ -76,14 +75,6 @@ def _port(text: str) -> int:
     return port
 
 
-def _version() -> str:
-    """The installed distribution's version, or ``unknown``."""
-    try:
-        return importlib.metadata.version("sysmetrics")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def _gpu_ids(text: str) -> list[int | str]:
     """``0,1`` or UUIDs, comma-separated: indices as ints, the rest as given."""
     return [int(i) if i.strip().isdigit() else i.strip() for i in text.split(",") if i.strip()]
@@ -98,7 +89,7 @@ def _endpoint(text: str) -> tuple[str, str]:
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(prog=PROG, description="System metrics of a command.")
-    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    parser.add_argument("--version", action="version", version=f"{PROG} {runfile.version()}")
     subs = parser.add_subparsers(dest="subcommand", required=True)
     rec = subs.add_parser(
         "record",
