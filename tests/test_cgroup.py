@@ -149,7 +149,7 @@ def test_process_cpu_and_memory_are_normalised_by_the_container(v2: str) -> None
     assert collector.available_cpus == min(1.5, source.cpu_count(os.getpid()))
     assert collector.memory_total == 1024 * MiB
     snap = collector.sample()
-    assert snap["proc.memory.percent"] == pytest.approx(snap["proc.memory.rssMB"] / 1024 * 100)
+    assert snap["proc.memory.percent"] == pytest.approx(snap["proc.memory.pssMB"] / 1024 * 100)
 
 
 def test_this_machine_cgroup_is_found() -> None:

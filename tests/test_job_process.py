@@ -14,7 +14,6 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -402,17 +401,28 @@ def test_pss_is_left_out_where_a_process_cannot_be_read(source: HostSource) -> N
     assert result["logged"] == 1
 
 
-def test_pss_is_repeated_between_readings_and_dropped_when_stale() -> None:
+def test_each_pss_reading_is_reported_once() -> None:
+    """Regression (issue 22, item 1): a PSS reading was repeated at every sample for up to
+    two periods (20 s), a value not measured since the previous sample shown as a new
+    one; ``proc.memory.percent`` now comes from it, so both are reported by the first
+    sample after the reading ended, and the samples before the next reading have neither.
+    """
     if not ProcfsSource.supported():
         pytest.skip("needs Linux procfs")
     collector = ProcessCollector(ProcfsSource(), os.getpid())
     first = collector.sample()
-    assert "proc.memory.pssMB" in first  # the first sample waits for a quick reading
-    assert collector.sample()["proc.memory.pssMB"] == first["proc.memory.pssMB"]
+    assert {"proc.memory.pssMB", "proc.memory.percent"} <= first.keys()  # waits for it
+    second = collector.sample()
     assert collector._pss_reading is None  # within the period: no new reading began
-    # A reading that hangs (never started here): the previous one ages out, nothing new.
-    collector._pss_reading = threading.Thread(target=lambda: None)
-    collector._pss_time -= 3 * collector._pss_period
+    assert "proc.memory.pssMB" not in second and "proc.memory.percent" not in second, second
+    assert "proc.memory.rssMB" in second
+    time.sleep(collector._pss_period)
+    collector.sample()  # begins a reading
+    deadline = time.monotonic() + 20
+    while "proc.memory.pssMB" not in (snap := collector.sample()):
+        assert time.monotonic() < deadline, "no second PSS reading"
+        time.sleep(0.05)
+    assert "proc.memory.percent" in snap
     assert "proc.memory.pssMB" not in collector.sample()
 
 

@@ -60,20 +60,24 @@ class ProcessCollector(BaseCollector):
       from the earliest root's start, ``first_cpu_window_s``) would read 0 or far too
       much: such a sample has no ``cpu``, and the next one covers both windows.
     - ``proc.cpu.threads``: threads of the job (count).
-    - ``proc.memory.rssMB``: resident set size of the job, MiB (with ``.max``). Pages shared
-      by forked workers count once per process, as ``ps`` shows them.
+    - ``proc.memory.rssMB``: resident set size of the job, MiB (with ``.max``), W&B's
+      meaning: the sum over its processes, so pages shared by forked workers count once
+      per process, as ``ps`` shows them (8 workers reading a 2.5 GiB dataset: 23 GiB).
     - ``proc.memory.pssMB``: proportional set size of the job, MiB (with ``.max``): each
       shared page split among the processes mapping it, so pages shared by forked workers
       count once in all. Linux only (``smaps_rollup``), left out where a process of the job
-      cannot be read (another user's). The kernel walks every mapped page to answer (up to
-      tens of ms per GiB, per process mapping it), so it is read on a thread of its own:
-      at once at the first sample and when the roots change, then ``pss_first_interval_s``
-      later, the period doubling after each reading up to ``pss_interval_s`` (readings at
-      about 0, 1, 3, 7, 15, 25 s ...: memory grown at start shows within seconds), and
-      never sooner than 100 times the latest reading's duration (at most 1 % of a core).
-      Each sample reports the latest reading, left out once older than two periods.
-    - ``proc.memory.percent``: the RSS as a percent of system memory, or of the cgroup
-      memory limit when that is lower.
+      cannot be read (another user's). The kernel walks every mapped page to answer (10
+      to 20 ms per GiB, per process mapping it), so it is read on a thread of its own: at
+      once at the first sample and when the roots change, then at the first sample once
+      ``pss_interval_s`` (1 s) has passed since the latest reading began, but never sooner
+      than 100 times that reading's duration (at most 1 % of a core). Each reading is
+      reported once, by the first sample after it ended (the sample after the one that
+      began it, or the first sample itself, which waits ``pss_first_wait_s`` for it); the
+      samples in between have no PSS key.
+    - ``proc.memory.percent``: the job's memory counted once: ``proc.memory.pssMB`` as a
+      percent of the memory available to the job (the host's, or the cgroup memory limit
+      where that is lower, asked of the cgroup at each reading). In the samples with a
+      PSS reading only, so absent where PSS is (macOS, Windows, another user's process).
 
     Zombies (processes that ended, not reaped yet) hold no memory: they add nothing to the
     threads and memory keys, and a sample where every root is one (the command of
@@ -118,10 +122,8 @@ class ProcessCollector(BaseCollector):
         min_cpu_window_s: seconds at least that ``cpu`` is measured over (half a clock tick).
         first_cpu_window_s: the same for the first sample, measured from the earliest
             root's start (five ticks: that start is known to the tick).
-        pss_first_interval_s: seconds from the first PSS reading (or the first after the
-            roots changed) to the next; the period doubles after each reading.
-        pss_interval_s: seconds at most between two readings of the proportional set size
-            (the 1 %-of-a-core cap aside).
+        pss_interval_s: seconds at least between two readings of the proportional set
+            size; more where 100 times the latest reading's duration is more.
 
     """
 
@@ -143,13 +145,13 @@ class ProcessCollector(BaseCollector):
     # The first window runs from the earliest root's start time, itself known only to the
     # tick: a command started a few ms ago read 0.0. Five ticks keep that error under 20 %.
     first_cpu_window_s = 0.05
-    # Memory grows over minutes once training runs; a 10 s period shows it soon enough.
-    # It grows fastest right after start (model, optimizer state, workers), hence the
-    # quick first readings. A reading that takes longer than 0.1 s spaces them further (a
-    # 4 GiB rank with 8 forked workers took 0.6 s in benchmarks/job_tick.py: a reading a
-    # minute).
-    pss_first_interval_s = 1.0
-    pss_interval_s = 10.0
+    # ``proc.memory.percent`` comes from these readings, and each is reported once (a
+    # value not measured since the previous sample is never shown), so they must come
+    # about as often as samples: once a second at most, and never sooner than 100 times
+    # the latest reading's duration (1 % of a core). A reading costs about 10 ms per GiB
+    # mapped per process (benchmarks/job_tick.py): a small job is read every second, a
+    # 4 GiB rank with 8 forked workers (0.6 s) once a minute.
+    pss_interval_s = 1.0
     pss_first_wait_s = 0.2  # the first sample waits this long for the first reading
 
     def __init__(
@@ -163,10 +165,9 @@ class ProcessCollector(BaseCollector):
         self.source = source
         self.job = job or Job(pid)
         self.track_process_tree = track_process_tree
+        self.cgroup = cgroup
         self.cpu_quota = cgroup.cpu_limit() if cgroup else None
-        limit = cgroup.memory_limit() if cgroup else None
-        total = source.memory()[0]
-        self.memory_total = min(total, limit) if limit else total
+        self.host_memory = source.memory()[0]  # bytes
         # pid -> (stat, parent pid) at the previous sample; its keys are the processes the
         # samples between two walks read.
         self._prev: dict[int, tuple[ProcStat, int]] = {}
@@ -186,16 +187,24 @@ class ProcessCollector(BaseCollector):
         self._pss: int | None = None  # bytes, the latest reading (None: not readable)
         self._pss_time = -math.inf  # time.monotonic() when it began
         self._pss_roots: tuple[int, ...] = ()  # the roots it covered
+        self._pss_new = False  # it ended after the latest sample: not reported yet
         self._pss_asked: tuple[int, ...] = ()  # the roots of the latest reading begun
         self._pss_period = self.pss_interval_s  # seconds between two readings
-        # The period after the next reading, before its caps (None: pss_first_interval_s).
-        self._pss_ramp: float | None = None
         self._pss_logged = False
 
     @property
     def pid(self) -> int:
         """The first root: the process the collector was made for."""
         return self.job.pid
+
+    @property
+    def memory_total(self) -> int:
+        """Bytes of memory available to the job: the host's, or the cgroup limit if lower.
+
+        The limit is asked of the cgroup at each call (it can change while the job runs).
+        """
+        limit = self.cgroup.memory_limit() if self.cgroup else None
+        return min(self.host_memory, limit) if limit else self.host_memory
 
     @property
     def available_cpus(self) -> float:
@@ -289,24 +298,26 @@ class ProcessCollector(BaseCollector):
         rss = sum(st.rss_bytes for st in live)
         out["proc.cpu.threads"] = float(sum(st.threads for st in live))
         out["proc.memory.rssMB"] = rss / MiB
-        out["proc.memory.percent"] = rss / self.memory_total * 100.0
         pss = self._pss_bytes(roots, stats, mono)
-        if pss is not None:
+        if pss is not None:  # a reading that ended since the previous sample
             out["proc.memory.pssMB"] = pss / MiB
+            out["proc.memory.percent"] = pss / self.memory_total * 100.0
         return out
 
     def _pss_bytes(
         self, roots: tuple[int, ...], stats: dict[int, tuple[ProcStat, int]], now: float
     ) -> int | None:
-        """The latest PSS reading of the job, when current; begins the next one when due."""
+        """The PSS reading of the job that ended since the previous sample, if any.
+
+        Each reading is reported once, at the first sample after it ended, and only for
+        the roots it covered; begins the next reading when due.
+        """
         with self._pss_lock:
             first = self._pss_asked == ()
             reading = self._pss_reading
             if reading is None and (
                 now - self._pss_time >= self._pss_period or roots != self._pss_asked
             ):
-                if roots != self._pss_asked:
-                    self._pss_ramp = None  # new roots: quick readings again
                 self._pss_asked = roots
                 pids = tuple(pid for pid, (st, _) in stats.items() if not st.zombie)
                 reading = self._pss_reading = threading.Thread(
@@ -320,8 +331,8 @@ class ProcessCollector(BaseCollector):
         if first and reading is not None:
             reading.join(self.pss_first_wait_s)  # small jobs: the key from the first sample
         with self._pss_lock:
-            current = self._pss_roots == roots and now - self._pss_time <= 2 * self._pss_period
-            return self._pss if current else None
+            new, self._pss_new = self._pss_new, False
+            return self._pss if new and self._pss_roots == roots else None
 
     def _own_birth(self, tid: int | None) -> None:
         """Take the PSS thread just started (``tid``) off the births a walk looks for.
@@ -346,9 +357,8 @@ class ProcessCollector(BaseCollector):
             took = time.monotonic() - began
             with self._pss_lock:
                 self._pss, self._pss_time, self._pss_roots = total, began, roots
-                ramp = self.pss_first_interval_s if self._pss_ramp is None else self._pss_ramp
-                self._pss_ramp = min(2.0 * ramp, self.pss_interval_s)
-                self._pss_period = max(min(ramp, self.pss_interval_s), 100.0 * took)
+                self._pss_new = True
+                self._pss_period = max(self.pss_interval_s, 100.0 * took)
                 self._pss_reading = None
 
     def _own(self, st: ProcStat) -> float:
