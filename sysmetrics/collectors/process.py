@@ -105,7 +105,7 @@ class ProcessCollector(BaseCollector):
     - a process that ends without being reaped inside the tree (a root, which its launcher
       reaps; a worker whose parent ended first, re-parented to init) loses its CPU since
       the previous sample, all of it if no walk found it alive. Walks follow births within
-      ``rediscover_min_s`` (0.5 s), so that takes a process living less than that or one
+      ``rediscover_min_s`` (0.2 s), so that takes a process living less than that or one
       interval; walking every sample narrows the window to one interval, as before.
 
     Args:
@@ -130,11 +130,14 @@ class ProcessCollector(BaseCollector):
     name = "process"
     peak_keys = frozenset({"rssMB", "pssMB"})
 
-    # Under PID churn (other processes forking all the time), at most two walks a second:
-    # one per sample at the default 1 s interval, whatever the timer jitter, and one per 5
-    # or more samples at shorter intervals. A walk a minute in any case, in case a change
-    # went unseen; it costs a few µs per process and tick at 1 s.
-    rediscover_min_s = 0.5
+    # Under PID churn (other processes forking all the time), at most five walks a second:
+    # one per sample at intervals of 0.25 s or more, whatever the timer jitter, and one per
+    # 20 or more samples at the shortest ones. A process born between two samples its walk
+    # does not follow is found late, and the windows before have none of its CPU: at
+    # 0.5 s, a 0.25 s window of torchrun's start-up read 0.0 where its ranks used 38 %.
+    # A walk a minute in any case, in case a change went unseen; it costs a few µs per
+    # process and tick at 1 s.
+    rediscover_min_s = 0.2
     rediscover_max_s = 60.0
     rediscover_ticks = 10
     # Process CPU times have clock-tick resolution (USER_HZ = 100 on Linux): over a
