@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -250,3 +251,81 @@ def test_a_job_that_fills_its_cgroup_is_found_close_to_its_limit(tmp_path: Path)
     assert seen and all(low - 3.0 <= v <= min(100.0, high + 3.0) for v in seen), (seen, low)
     (found,) = [f for f in findings(read_run(run_file)) if f.rule == "memory-limit"]
     assert found.evidence["peak_percent"] > 90, found
+
+
+# --- transformers: evaluation forks DataLoader workers ----------------------------------------
+
+
+def memory_available() -> int:
+    """MemTotal, or this process's cgroup memory limit where lower (read here, not by
+    sysmetrics)."""
+    total, found = host_memory(), _own_cgroup()
+    if found is not None:
+        name = "memory.limit_in_bytes" if found[0] == "1" else "memory.max"
+        with (
+            contextlib.suppress(OSError, ValueError),
+            open(os.path.join(found[1], name), encoding="ascii") as f,
+        ):
+            total = min(total, int(f.read()))
+    return total
+
+
+def test_transformers_evaluation_shows_no_phantom_memory(tmp_path: Path) -> None:
+    """Regression: transformers showed +60 % at every evaluation, whose DataLoader workers
+    are forked from the training process and share its pages (the RSS summed over them).
+
+    A real Trainer on a tiny model, training and evaluating with 4 forked DataLoader
+    workers, evaluation slowed so it lasts about a second; the test measures the PSS of
+    its own process tree (its own parser) every 0.3 s from a TrainerCallback, during
+    training and evaluation. Every ``system/proc.memory.percent`` in ``log_history`` is
+    within 3 points of that truth's range.
+    """
+    pytest.importorskip("transformers", reason="needs the [transformers] extra")
+    pytest.importorskip("torch")
+    from transformers import Trainer, TrainerCallback
+
+    from sysmetrics.integrations.transformers import SystemMetricsCallback
+    from tests.test_transformers import EVAL_STRATEGY, Tokens, train
+
+    available = memory_available()
+    truth: list[float] = []
+    last = [0.0]
+
+    class Slow(Tokens):
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            time.sleep(0.03)  # in a worker: evaluation lasts about a second
+            return super().__getitem__(i)
+
+    class Truth(TrainerCallback):  # type: ignore[misc]
+        def measure(self) -> None:
+            if time.monotonic() - last[0] >= 0.3:
+                last[0] = time.monotonic()
+                pss = sum(smaps_pss(p) for p in tree(os.getpid()))
+                truth.append(pss / available * 100.0)
+
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            self.measure()
+
+        def on_prediction_step(self, *args: Any, **kwargs: Any) -> None:
+            self.measure()  # in the evaluation loop, while its workers are alive
+
+    class SlowEval(Trainer):  # type: ignore[misc]
+        def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
+            return super().get_eval_dataloader(Slow(64))
+
+    trainer = train(
+        tmp_path, SystemMetricsCallback(interval=0.25), trainer_class=SlowEval,
+        extra_callbacks=(Truth(),), logging_steps=1, eval_steps=6,
+        dataloader_num_workers=4, per_device_eval_batch_size=8, num_train_epochs=2,
+        **{EVAL_STRATEGY: "steps"},
+    )  # fmt: skip
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    logged = [
+        h["system/proc.memory.percent"]
+        for h in trainer.state.log_history
+        if "system/proc.memory.percent" in h
+    ]
+    assert len(evals) >= 2 and truth, (evals, truth)
+    assert logged, trainer.state.log_history
+    low, high = min(truth), max(truth)
+    assert all(low - 3.0 <= v <= high + 3.0 for v in logged), (max(logged), low, high, logged)
