@@ -146,7 +146,8 @@ def check_cpu(samples: list[dict[str, Any]], logs: list[Path], processes: int) -
     points = sorted((logged(log) for log in logs), key=lambda p: p[0][0])
     assert len(points) == processes, logs
     cpu = [(s["monotonic"], s["metrics"].get("cpu")) for s in samples]
-    assert all(v is None or 0.0 <= v <= 100.0 for _, v in cpu), cpu
+    outside = [(round(t, 2), v) for t, v in cpu if v is not None and not 0.0 <= v <= 100.0]
+    assert not outside, (outside, cpu)
     # Start-up: from the first process's log to 0.5 s after the last one's began (after
     # that, a process that exits burns CPU its log no longer sees: Python's finalization).
     start, end = points[0][0][0], max(p[0][0] for p in points) + 0.5

@@ -66,8 +66,8 @@ class ProcessCollector(BaseCollector):
     - ``proc.memory.pssMB``: proportional set size of the job, MiB (with ``.max``): each
       shared page split among the processes mapping it, so pages shared by forked workers
       count once in all. Linux only (``smaps_rollup``), left out where a process of the job
-      cannot be read (another user's). The kernel walks every mapped page to answer (10
-      to 20 ms per GiB, per process mapping it), so it is read on a thread of its own: at
+      cannot be read (another user's). The kernel walks every mapped page to answer (15
+      to 30 ms per GiB, per process mapping it), so it is read on a thread of its own: at
       once at the first sample and when the roots change, then at the first sample once
       ``pss_interval_s`` (1 s) has passed since the latest reading began, but never sooner
       than 100 times that reading's duration (at most 1 % of a core). Each reading is
@@ -151,9 +151,9 @@ class ProcessCollector(BaseCollector):
     # ``proc.memory.percent`` comes from these readings, and each is reported once (a
     # value not measured since the previous sample is never shown), so they must come
     # about as often as samples: once a second at most, and never sooner than 100 times
-    # the latest reading's duration (1 % of a core). A reading costs about 10 ms per GiB
+    # the latest reading's duration (1 % of a core). A reading costs 15 to 30 ms per GiB
     # mapped per process (benchmarks/job_tick.py): a small job is read every second, a
-    # 4 GiB rank with 8 forked workers (0.6 s) once a minute.
+    # 4 GiB rank with 8 forked workers (0.55 s) about once a minute.
     pss_interval_s = 1.0
     pss_first_wait_s = 0.2  # the first sample waits this long for the first reading
 
