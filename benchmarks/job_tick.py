@@ -13,9 +13,11 @@ variants alternate, see ``per_call_us``):
    when one was allocated before every tick (PID churn: a walk every tick, the worst
    case at intervals of ``rediscover_min_s`` or more), as µs per tick, per watched
    process, and as ratios to the bare reads;
-3. the cost of one PSS reading (``smaps_rollup`` of every process) of a process with a
-   4 GiB touched heap and 8 forked workers that read it, in ms, and the reading period
-   the collector derives from it.
+3. the cost of one PSS reading (``smaps_rollup`` of every process: what
+   ``proc.memory.percent`` is made of) of a process with a 4 GiB touched heap and 8 forked
+   workers that read it, and of a 1 GiB one with 0, 1, 3 and 7 workers (1 to 8
+   processes), in ms per reading and per process, and the reading period the collector
+   derives from it (``max(pss_interval_s, 100 x the reading)``).
 
 Every process it starts is killed and reaped on the way out.
 """
@@ -57,9 +59,10 @@ time.sleep(3600)
 """
 HEAP = """
 import os, sys, time
-n = int(sys.argv[1]) << 30
+n = int(sys.argv[1]) << 20
 heap = bytearray(n)
 heap[::4096] = b"\\x01" * (n // 4096)  # every page touched: resident
+os.write(1, b"h")
 parent = os.getpid()
 for _ in range(int(sys.argv[2])):
     if os.fork() == 0:
@@ -132,7 +135,7 @@ def collector(source: ProcfsSource, roots: list[int], mode: str) -> Callable[[],
     job = Job(roots[0])
     job.watch(roots)
     c = ProcessCollector(source, roots[0], job=job)
-    c.pss_interval_s = c.pss_first_interval_s = math.inf  # PSS is measured on its own below
+    c.pss_interval_s = math.inf  # PSS is measured on its own below
     c.rediscover_min_s = 0.0  # check for births at every tick, as at a 1 s interval
     if mode == "every":
         c.rediscover_max_s = 0.0
@@ -196,13 +199,17 @@ def job_ticks(number: int) -> None:
     )
 
 
-def pss_cost(gib: int, workers: int, repeat: int) -> None:
+def pss_reading(mib: int, workers: int, repeat: int) -> tuple[int, int, int, float]:
+    """Processes, RSS and PSS (bytes), and the median seconds of one PSS reading of all.
+
+    The job: a ``mib`` MiB touched heap read by ``workers`` forked workers.
+    """
     source = ProcfsSource()
     with started(
-        [[sys.executable, "-c", HEAP, str(gib), str(workers)]], stdout=subprocess.PIPE
+        [[sys.executable, "-c", HEAP, str(mib), str(workers)]], stdout=subprocess.PIPE
     ) as (parent,):
         assert parent.stdout is not None
-        if parent.stdout.read(workers) != b"r" * workers:
+        if parent.stdout.read(1 + workers) != b"h" + b"r" * workers:
             sys.exit("the workers did not start")
         pids = [pid for pid, _ in process_tree(source, parent.pid)]
         rss = sum(s.rss_bytes for pid in pids if (s := source.process(pid)))
@@ -211,30 +218,41 @@ def pss_cost(gib: int, workers: int, repeat: int) -> None:
             t = time.perf_counter()
             pss = sum(source.pss(pid) or 0 for pid in pids)
             times.append(time.perf_counter() - t)
-    took = sorted(times)[len(times) // 2]
-    mapped = rss / 2**30
-    period = max(ProcessCollector.pss_interval_s, 100 * took)
-    print(f"\n3. one PSS reading: {gib} GiB touched heap, {workers} forked workers that read it")
-    print(f"   processes {len(pids)}, RSS {rss / 2**20:,.0f} MiB, PSS {pss / 2**20:,.0f} MiB")
+    return len(pids), rss, pss, sorted(times)[len(times) // 2]
+
+
+def pss_cost(gib: int, workers: int, repeat: int) -> None:
+    interval = ProcessCollector.pss_interval_s
     print(
-        f"   smaps_rollup of all: {took * 1e3:.0f} ms (median of {repeat}), "
-        f"{took * 1e3 / mapped:.1f} ms per GiB of RSS; reading period {period:.0f} s"
-        f" (= max({ProcessCollector.pss_interval_s:.0f} s, 100 x the reading)), on its own thread"
+        f"\n3. one PSS reading (smaps_rollup of every process, on the collector's own thread;"
+        f" period = max({interval:g} s, 100 x the reading); median of {repeat})"
     )
+    print(
+        f"   {'heap':>6}{'processes':>10}{'RSS MiB':>10}{'PSS MiB':>10}{'ms/read':>9}"
+        f"{'ms/process':>11}{'ms/GiB RSS':>11}{'period s':>9}"
+    )
+    cases = [(1024, w) for w in (0, 1, 3, 7)] + ([(gib * 1024, workers)] if gib > 0 else [])
+    for mib, n in cases:
+        procs, rss, pss, took = pss_reading(mib, n, repeat)
+        period = max(interval, 100 * took)
+        print(
+            f"   {mib // 1024:>4} G{procs:>10}{rss / 2**20:>10,.0f}{pss / 2**20:>10,.0f}"
+            f"{took * 1e3:>9.1f}{took * 1e3 / procs:>11.1f}{took * 1e3 / (rss / 2**30):>11.1f}"
+            f"{period:>9.1f}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--number", type=int, default=50, help="ticks per measurement")
-    parser.add_argument("--pss-gib", type=int, default=4, help="heap of the PSS case, GiB")
+    parser.add_argument("--pss-gib", type=int, default=4, help="heap of the large PSS case, GiB")
     parser.add_argument("--pss-workers", type=int, default=8, help="forked workers")
     parser.add_argument("--pss-repeat", type=int, default=5, help="PSS readings to time")
     args = parser.parse_args()
     if not ProcfsSource.supported():
         sys.exit("this benchmark needs Linux procfs")
     job_ticks(args.number)
-    if args.pss_gib > 0:
-        pss_cost(args.pss_gib, args.pss_workers, args.pss_repeat)
+    pss_cost(args.pss_gib, args.pss_workers, args.pss_repeat)
 
 
 if __name__ == "__main__":

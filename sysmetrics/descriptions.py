@@ -125,14 +125,15 @@ DESCRIPTIONS: tuple[Description, ...] = (
                 "cpu_utilization_percent", prometheus_labels=("cpu",)),
     Description("proc.cpu.threads", "count", "gauge", "Threads of the process tree",
                 "process_threads"),
-    Description("proc.memory.rssMB", "MiB", "gauge", "Resident memory of the process tree",
+    Description("proc.memory.rssMB", "MiB", "gauge",
+                "Resident memory of the process tree, summed: shared pages count once per process",
                 "process_memory_rss_bytes", _MIB),
     Description("proc.memory.pssMB", "MiB", "gauge",
                 "Proportional set size of the process tree, shared pages split among their users",
                 "process_memory_pss_bytes", _MIB),
     Description("proc.memory.percent", "%", "gauge",
-                "Resident memory of the process tree, % of system memory or of the cgroup limit",
-                "process_memory_rss_percent"),
+                "The process tree's PSS (shared pages counted once), % of system memory or of "
+                "the cgroup limit", "process_memory_pss_percent"),
     Description("memory", "%", "gauge",
                 "System memory in use, % (in a memory-limited cgroup, of its limit)",
                 "memory_used_percent"),
@@ -281,6 +282,30 @@ def describe(key: str) -> tuple[Description, dict[str, str]] | None:
             _cache.clear()
         _cache[key] = found
     return None if found is None else (found[0], dict(found[1]))
+
+
+_percent: dict[str, bool] = {}
+
+
+def clamp_percent(key: str, value: float) -> float:
+    """``value`` within 0..100 where ``key``'s family is in percent (unit ``%``), else as is.
+
+    The one place percentages are held to their range, for every collector (the monitor
+    calls it on every value): a ratio of two counters read a few µs apart (``cpu``, a
+    core's busy time) passes 100 by clock-tick noise, and no share of a whole is more
+    than the whole. Values a vendor tool gets far wrong are dropped before this, by the
+    collector (:mod:`sysmetrics.collectors._values`). The answer per key is cached (the
+    cache is emptied when it passes 10,000 keys).
+    """
+    try:
+        percent = _percent[key]
+    except KeyError:
+        found = describe(key)
+        percent = found is not None and found[0].unit == "%"
+        if len(_percent) >= _CACHE_LIMIT:
+            _percent.clear()
+        _percent[key] = percent
+    return min(100.0, max(0.0, value)) if percent else value
 
 
 _BASE_UNITS = {"MiB": "bytes", "GiB": "bytes", "MHz": "Hz", "GT/s": "transfers/s"}

@@ -13,8 +13,10 @@ Rules and thresholds (each a module-level constant):
   known, the mean of ``gpu.{i}.gpu`` over the job's GPUs is below ``INPUT_GPU_PERCENT``
   (50 %) and ``cpu`` is above ``INPUT_CPU_PERCENT`` (80 % of the job's available CPUs) in at
   least ``INPUT_SHARE`` (30 %) of those samples.
-- ``memory-limit``: ``proc.memory.percent`` (% of RAM, or of the cgroup limit when lower)
-  peaks above ``MEMORY_PERCENT`` (90 %).
+- ``memory-limit``: ``proc.memory.percent`` (the job's PSS, pages shared by forked workers
+  counted once, as % of RAM or of the cgroup limit when lower) peaks above
+  ``MEMORY_PERCENT`` (90 %). Never ``proc.memory.rssMB``, which counts shared pages once
+  per process (8 workers sharing a dataset read 8 times its size).
 - ``gpu-memory-limit``: ``gpu.{i}.memoryAllocated`` (% of the GPU's memory) peaks above
   ``GPU_MEMORY_PERCENT`` (95 %); one finding per GPU.
 - ``gpu-throttling``: ``gpu.{i}.throttle.thermal``, ``.powerCap`` or ``.hwSlowdown`` (0/1)
@@ -157,7 +159,8 @@ def memory_limit(run: Run) -> list[Finding]:
             Finding(
                 "memory-limit",
                 f"The job's memory peaked at {peak:.0f} % of the memory available to it "
-                "(RAM or its cgroup limit): it is close to being killed for lack of memory.",
+                "(its PSS, shared pages counted once, of RAM or its cgroup limit): it is "
+                "close to being killed for lack of memory.",
                 {"peak_percent": peak},
                 run.span(over),
             )

@@ -20,6 +20,7 @@ from typing_extensions import Unpack
 from sysmetrics._checks import positive_int
 from sysmetrics.collectors.base import Collector, SystemMetricsWarning, quote
 from sysmetrics.collectors.defaults import OPTIONS, CollectorOptions, check_options, host_collectors
+from sysmetrics.descriptions import clamp_percent
 from sysmetrics.host import Job
 from sysmetrics.reader import Reader, Sample, _Series
 
@@ -116,10 +117,11 @@ class SystemMonitor:
     Faults stay in the collector that made them: one that raises, returns something that
     is not ``{str: real number}``, or whose ``aggregation()`` fails is disabled with one
     :class:`SystemMetricsWarning` and its keys are dropped; non-finite values (NaN, inf)
-    are dropped with a debug line; one whose ``sample()`` has not returned for
-    ``STUCK_AFTER`` s is noticed by the watchdog (whether anyone reads the monitor or
-    not), disabled with one warning and left behind on its thread, and the others go on
-    sampling at once on a new thread. A key no collector has reported for
+    are dropped with a debug line, and every percentage (a key whose unit is ``%`` in
+    :mod:`sysmetrics.descriptions`) is held within 0..100; one whose ``sample()`` has not
+    returned for ``STUCK_AFTER`` s is noticed by the watchdog (whether anyone reads the
+    monitor or not), disabled with one warning and left behind on its thread, and the
+    others go on sampling at once on a new thread. A key no collector has reported for
     ``FORGET_AFTER`` ticks is forgotten, so keys that come and go do not accumulate.
 
     Args:
@@ -628,7 +630,7 @@ def _checked(c: Collector, values: object) -> list[tuple[str, float]]:
     """``values`` as ``[(key, finite float)]``; raise ``_Misbehaved`` on junk.
 
     Values are checked before any is stored, so a bad sample stores nothing; non-finite
-    ones are dropped with a debug line.
+    ones are dropped with a debug line, percentages held within 0..100 (``clamp_percent``).
     """
     if not isinstance(values, Mapping):
         raise _Misbehaved(f"returned {_short(values)}, not a mapping of key to number")
@@ -646,7 +648,7 @@ def _checked(c: Collector, values: object) -> list[tuple[str, float]]:
         else:
             raise _Misbehaved(f"returned {key}={_short(value)}, not a real number")
         if math.isfinite(v):
-            checked.append((key, v))
+            checked.append((key, clamp_percent(key, v)))
         else:
             log.debug("sysmetrics: %s=%s from %r dropped", key, _short(value), c.name)
     return checked

@@ -9,7 +9,10 @@ otherwise. Figures need matplotlib (the ``[report]`` extra).
 Values are shown in the unit a reader expects: counters (``disk.in``, ``network.recv``,
 ``*.energyJoules``) as rates over each interval (MiB/s, W), bytes as GiB (MiB/s for rates),
 MiB as GiB. ``gpu.process.{i}.*`` keys that repeat a ``gpu.{i}.*`` key are left out, and
-per-core CPU keys are shown as their mean over the cores.
+per-core CPU keys are shown as their mean over the cores. The job's memory is its PSS
+(``proc.memory.pssMB``, and ``proc.memory.percent`` made from it): where the run has it,
+``proc.memory.rssMB``, which counts pages shared by forked workers once per process, is
+left out of the figures and marked so in the table.
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ _ORDER = ("CPU", "Memory", "GPU", "Disk", "Network", "Energy")
 # rates (count/s) are left to the table, with their totals.
 _PANELS = ("%", "GiB", "MiB", "°C", "W", "MHz", "MiB/s", "0/1")
 _NOT_DRAWN = ("count/s",)
+
+
+# The job's RSS sums its processes' (W&B's meaning): not the job's memory where PSS is there.
+_RSS, _PSS = "proc.memory.rssMB", "proc.memory.pssMB"
+_RSS_NOTE = " (shared pages counted once per process)"
 
 
 def group_of(key: str) -> str:
@@ -205,7 +213,8 @@ def series(run: Run) -> list[Series]:
             values = np.concatenate(([np.nan], per_s))
             total = float(rise[ok].sum()) * factor
         scaled = values if factor == 1 else values * factor
-        out.append(Series(group_of(key), key, unit, scaled, total))
+        label = key + _RSS_NOTE if key.startswith(_RSS) else key
+        out.append(Series(group_of(key), label, unit, scaled, total))
     for family, columns in collapsed.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a sample with no core
@@ -409,7 +418,11 @@ def figures(
     """
     ax = axis(run)
     groups: dict[str, list[Series]] = {}
-    for s in series(run) if all_series is None else all_series:
+    every = series(run) if all_series is None else all_series
+    pss = any(s.label.startswith(_PSS) for s in every)
+    for s in every:
+        if pss and s.label.startswith(_RSS):
+            continue  # the job's memory is its PSS (see the module)
         if s.unit not in _NOT_DRAWN and (s.unit != "0/1" or s.group.startswith("GPU")):
             groups.setdefault(s.group, []).append(s)
     chosen = list(groups.items())[:MAX_FIGURES]

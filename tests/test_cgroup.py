@@ -152,7 +152,7 @@ def test_process_cpu_and_memory_are_normalised_by_the_container(v2: str) -> None
     assert collector.available_cpus == min(1.5, source.cpu_count(os.getpid()))
     assert collector.memory_total == 1024 * MiB
     snap = collector.sample()
-    assert snap["proc.memory.percent"] == pytest.approx(snap["proc.memory.rssMB"] / 1024 * 100)
+    assert snap["proc.memory.percent"] == pytest.approx(snap["proc.memory.pssMB"] / 1024 * 100)
 
 
 def test_this_machine_cgroup_is_found() -> None:
@@ -361,7 +361,7 @@ def test_memory_keys_follow_a_memory_limit_change(v2: str) -> None:
     assert memory.sample()["memory"] == pytest.approx(500 / 800 * 100)
     assert process.memory_total == 800 * MiB
     snap = process.sample()
-    assert snap["proc.memory.percent"] == pytest.approx(snap["proc.memory.rssMB"] / 800 * 100)
+    assert snap["proc.memory.percent"] == pytest.approx(snap["proc.memory.pssMB"] / 800 * 100)
 
 
 # A child using about 40 % of a CPU (4 ms busy, 6 ms asleep): under 100 % of either quota.

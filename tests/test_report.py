@@ -70,8 +70,8 @@ def test_report_of_a_recorded_run(recorded: Path, tmp_path: Path) -> None:
     rows = table(page)
     # Ground truth: the child touched 300 MiB and spun a CPU; the rates of the disk.out
     # counter add up to the 50 MiB it wrote and synced (host-wide: at least that).
-    assert rows["proc.memory.rssMB"]["unit"] == "MiB"  # under 1 GiB: MiB
-    assert rows["proc.memory.rssMB"]["peak"] >= 280
+    assert rows[RSS]["unit"] == "MiB"  # under 1 GiB: MiB
+    assert rows[RSS]["peak"] >= 280
     assert rows["cpu"]["peak"] > 30
     assert rows["disk.out"]["unit"] == "MiB/s"
     samples = read_run(recorded)
@@ -82,6 +82,9 @@ def test_report_of_a_recorded_run(recorded: Path, tmp_path: Path) -> None:
     marked = [s for s in samples.step if s is not None]  # marked with sysmetrics.step
     assert len(set(marked)) >= 4
     assert f"steps {min(marked)} to {max(marked)}" in page
+
+
+RSS = "proc.memory.rssMB (shared pages counted once per process)"  # as the table names it
 
 
 def table(page: str) -> dict[str, dict[str, Any]]:
@@ -333,7 +336,7 @@ def test_report_of_a_lightning_run_file(tmp_path: Path) -> None:
     report.write_report(path, page)
     text = page.read_text()
     assert "steps 0 to 15" in text  # 2 epochs of 8 batches
-    assert "proc.memory.rssMB" in table(text)
+    assert RSS in table(text)
 
 
 def test_steps_at_samples_without_a_clock_fall_back_to_time() -> None:
@@ -371,7 +374,7 @@ def test_memory_unit_follows_its_size(tmp_path: Path) -> None:
         r.label: r
         for r in report.summary(report.series(read_run(write_run(tmp_path / "r", samples))))
     }
-    assert (rows["proc.memory.rssMB"].unit, rows["proc.memory.rssMB"].peak) == ("MiB", 300)
+    assert (rows[RSS].unit, rows[RSS].peak) == ("MiB", 300)
     assert rows["proc.memory.availableMB"].unit == "GiB"
 
 
@@ -442,3 +445,26 @@ def test_any_key_names_give_a_page(tmp_path: Path, keys: list[str]) -> None:
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>")
     assert "<td><b>" not in page  # escaped: &lt;b&gt;
     assert page.count('src="data:image/png;base64,') >= 1
+
+
+@pytest.mark.parametrize("pss", [True, False], ids=["with-pss", "rss-only"])
+def test_the_jobs_memory_is_drawn_as_its_pss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pss: bool
+) -> None:
+    """Regression (issue 22, item 1): the memory figure drew the RSS summed over the job
+    (8 forked workers sharing a dataset: 23 GiB) beside its PSS (2.5 GiB); where the run
+    has PSS, the RSS is left out of the figures and marked in the table."""
+    shared = {"proc.memory.pssMB": 2_600.0} if pss else {}
+    samples = [{"proc.memory.rssMB": 23_000.0, "memory": 15.0, **shared}] * 3
+    run = read_run(write_run(tmp_path / "r", samples))
+    drawn: dict[str, list[str]] = {}
+    monkeypatch.setattr(
+        report, "figure_png", lambda g, members, *a: drawn.setdefault(g, [s.label for s in members])
+    )
+    report.figures(run)
+    labels = {r.label for r in report.summary(report.series(run))}
+    assert RSS in labels  # in the table, marked
+    if pss:
+        assert drawn["Memory"] == ["memory", "proc.memory.pssMB"]
+    else:
+        assert drawn["Memory"] == ["memory", RSS]

@@ -26,8 +26,7 @@ class CPUCollector(BaseCollector):
         out = {}
         for i, ((busy, total), (pbusy, ptotal)) in enumerate(zip(now, prev)):
             dt = total - ptotal
-            out[f"cpu.{i}.cpu_percent"] = (
-                min(100.0, max(0.0, (busy - pbusy) / dt * 100.0)) if dt > 0 else 0.0
-            )
+            # Held within 0..100 by the monitor, with every percentage.
+            out[f"cpu.{i}.cpu_percent"] = (busy - pbusy) / dt * 100.0 if dt > 0 else 0.0
         self._prev = now
         return out

@@ -61,20 +61,24 @@ class ProcessCollector(BaseCollector):
       from the earliest root's start, ``first_cpu_window_s``) would read 0 or far too
       much: such a sample has no ``cpu``, and the next one covers both windows.
     - ``proc.cpu.threads``: threads of the job (count).
-    - ``proc.memory.rssMB``: resident set size of the job, MiB (with ``.max``). Pages shared
-      by forked workers count once per process, as ``ps`` shows them.
+    - ``proc.memory.rssMB``: resident set size of the job, MiB (with ``.max``), W&B's
+      meaning: the sum over its processes, so pages shared by forked workers count once
+      per process, as ``ps`` shows them (8 workers reading a 2.5 GiB dataset: 23 GiB).
     - ``proc.memory.pssMB``: proportional set size of the job, MiB (with ``.max``): each
       shared page split among the processes mapping it, so pages shared by forked workers
       count once in all. Linux only (``smaps_rollup``), left out where a process of the job
-      cannot be read (another user's). The kernel walks every mapped page to answer (up to
-      tens of ms per GiB, per process mapping it), so it is read on a thread of its own:
-      at once at the first sample and when the roots change, then ``pss_first_interval_s``
-      later, the period doubling after each reading up to ``pss_interval_s`` (readings at
-      about 0, 1, 3, 7, 15, 25 s ...: memory grown at start shows within seconds), and
-      never sooner than 100 times the latest reading's duration (at most 1 % of a core).
-      Each sample reports the latest reading, left out once older than two periods.
-    - ``proc.memory.percent``: the RSS as a percent of system memory, or of the cgroup
-      memory limit (as it is at the sample) when that is lower.
+      cannot be read (another user's). The kernel walks every mapped page to answer (15
+      to 30 ms per GiB, per process mapping it), so it is read on a thread of its own: at
+      once at the first sample and when the roots change, then at the first sample once
+      ``pss_interval_s`` (1 s) has passed since the latest reading began, but never sooner
+      than 100 times that reading's duration (at most 1 % of a core). Each reading is
+      reported once, by the first sample after it ended (the sample after the one that
+      began it, or the first sample itself, which waits ``pss_first_wait_s`` for it); the
+      samples in between have no PSS key.
+    - ``proc.memory.percent``: the job's memory counted once: ``proc.memory.pssMB`` as a
+      percent of the memory available to the job (the host's, or the cgroup memory limit
+      where that is lower, asked of the cgroup at each reading). In the samples with a
+      PSS reading only, so absent where PSS is (macOS, Windows, another user's process).
 
     Zombies (processes that ended, not reaped yet) hold no memory: they add nothing to the
     threads and memory keys, and a sample where every root is one (the command of
@@ -93,13 +97,16 @@ class ProcessCollector(BaseCollector):
     their parents. What that means:
 
     - a process born between two walks shows (threads, memory) from the walk that finds
-      it, and its whole CPU time since birth counts there, so none is lost;
+      it, and its CPU time since birth is spread evenly over the time it ran: the share of
+      the windows since the previous sample counts (all of it when it was born since),
+      the share of windows already reported is lost (never put into one window, which
+      could read over 100);
     - a process that ended since the previous sample is dropped at once; its CPU since that
       sample counts when a process of the tree reaps it (the parent's children time);
     - a process that ends without being reaped inside the tree (a root, which its launcher
       reaps; a worker whose parent ended first, re-parented to init) loses its CPU since
       the previous sample, all of it if no walk found it alive. Walks follow births within
-      ``rediscover_min_s`` (0.5 s), so that takes a process living less than that or one
+      ``rediscover_min_s`` (0.2 s), so that takes a process living less than that or one
       interval; walking every sample narrows the window to one interval, as before.
 
     Args:
@@ -116,21 +123,22 @@ class ProcessCollector(BaseCollector):
         min_cpu_window_s: seconds at least that ``cpu`` is measured over (half a clock tick).
         first_cpu_window_s: the same for the first sample, measured from the earliest
             root's start (five ticks: that start is known to the tick).
-        pss_first_interval_s: seconds from the first PSS reading (or the first after the
-            roots changed) to the next; the period doubles after each reading.
-        pss_interval_s: seconds at most between two readings of the proportional set size
-            (the 1 %-of-a-core cap aside).
+        pss_interval_s: seconds at least between two readings of the proportional set
+            size; more where 100 times the latest reading's duration is more.
 
     """
 
     name = "process"
     peak_keys = frozenset({"rssMB", "pssMB"})
 
-    # Under PID churn (other processes forking all the time), at most two walks a second:
-    # one per sample at the default 1 s interval, whatever the timer jitter, and one per 5
-    # or more samples at shorter intervals. A walk a minute in any case, in case a change
-    # went unseen; it costs a few µs per process and tick at 1 s.
-    rediscover_min_s = 0.5
+    # Under PID churn (other processes forking all the time), at most five walks a second:
+    # one per sample at intervals of 0.25 s or more, whatever the timer jitter, and one per
+    # 20 or more samples at the shortest ones. A process born between two samples its walk
+    # does not follow is found late, and the windows before have none of its CPU: at
+    # 0.5 s, a 0.25 s window of torchrun's start-up read 0.0 where its ranks used 38 %.
+    # A walk a minute in any case, in case a change went unseen; it costs a few µs per
+    # process and tick at 1 s.
+    rediscover_min_s = 0.2
     rediscover_max_s = 60.0
     rediscover_ticks = 10
     # Process CPU times have clock-tick resolution (USER_HZ = 100 on Linux): over a
@@ -141,13 +149,13 @@ class ProcessCollector(BaseCollector):
     # The first window runs from the earliest root's start time, itself known only to the
     # tick: a command started a few ms ago read 0.0. Five ticks keep that error under 20 %.
     first_cpu_window_s = 0.05
-    # Memory grows over minutes once training runs; a 10 s period shows it soon enough.
-    # It grows fastest right after start (model, optimizer state, workers), hence the
-    # quick first readings. A reading that takes longer than 0.1 s spaces them further (a
-    # 4 GiB rank with 8 forked workers took 0.6 s in benchmarks/job_tick.py: a reading a
-    # minute).
-    pss_first_interval_s = 1.0
-    pss_interval_s = 10.0
+    # ``proc.memory.percent`` comes from these readings, and each is reported once (a
+    # value not measured since the previous sample is never shown), so they must come
+    # about as often as samples: once a second at most, and never sooner than 100 times
+    # the latest reading's duration (1 % of a core). A reading costs 15 to 30 ms per GiB
+    # mapped per process (benchmarks/job_tick.py): a small job is read every second, a
+    # 4 GiB rank with 8 forked workers (0.55 s) about once a minute.
+    pss_interval_s = 1.0
     pss_first_wait_s = 0.2  # the first sample waits this long for the first reading
 
     def __init__(
@@ -182,10 +190,9 @@ class ProcessCollector(BaseCollector):
         self._pss: int | None = None  # bytes, the latest reading (None: not readable)
         self._pss_time = -math.inf  # time.monotonic() when it began
         self._pss_roots: tuple[int, ...] = ()  # the roots it covered
+        self._pss_new = False  # it ended after the latest sample: not reported yet
         self._pss_asked: tuple[int, ...] = ()  # the roots of the latest reading begun
         self._pss_period = self.pss_interval_s  # seconds between two readings
-        # The period after the next reading, before its caps (None: pss_first_interval_s).
-        self._pss_ramp: float | None = None
         self._pss_logged = False
 
     @property
@@ -275,11 +282,11 @@ class ProcessCollector(BaseCollector):
         if walk:
             self._walked, self._walk_time, self._walk_clock = roots, start, clock
             self._walk_pid, self._moved, self._ticks, self._cpus = last_pid, False, 0, cpus
-        # CPU since the previous sample, plus what samples with too short a window left.
-        cpu = self._cpu_seconds(stats, born_after) + self._cpu_pending
         # The first sample is the average since the earliest root started.
         first = not self._prev
         elapsed = now - min(alive) if first else mono - self._prev_time
+        # CPU since the previous sample, plus what samples with too short a window left.
+        cpu = self._cpu_seconds(stats, born_after, now, elapsed) + self._cpu_pending
         self._prev = stats
         out: dict[str, float] = {}
         shortest = max(self.min_cpu_window_s, self.first_cpu_window_s if first else 0.0)
@@ -297,24 +304,26 @@ class ProcessCollector(BaseCollector):
         rss = sum(st.rss_bytes for st in live)
         out["proc.cpu.threads"] = float(sum(st.threads for st in live))
         out["proc.memory.rssMB"] = rss / MiB
-        out["proc.memory.percent"] = rss / self.memory_total * 100.0
         pss = self._pss_bytes(roots, stats, mono)
-        if pss is not None:
+        if pss is not None:  # a reading that ended since the previous sample
             out["proc.memory.pssMB"] = pss / MiB
+            out["proc.memory.percent"] = pss / self.memory_total * 100.0
         return out
 
     def _pss_bytes(
         self, roots: tuple[int, ...], stats: dict[int, tuple[ProcStat, int]], now: float
     ) -> int | None:
-        """The latest PSS reading of the job, when current; begins the next one when due."""
+        """The PSS reading of the job that ended since the previous sample, if any.
+
+        Each reading is reported once, at the first sample after it ended, and only for
+        the roots it covered; begins the next reading when due.
+        """
         with self._pss_lock:
             first = self._pss_asked == ()
             reading = self._pss_reading
             if reading is None and (
                 now - self._pss_time >= self._pss_period or roots != self._pss_asked
             ):
-                if roots != self._pss_asked:
-                    self._pss_ramp = None  # new roots: quick readings again
                 self._pss_asked = roots
                 pids = tuple(pid for pid, (st, _) in stats.items() if not st.zombie)
                 reading = self._pss_reading = threading.Thread(
@@ -328,8 +337,8 @@ class ProcessCollector(BaseCollector):
         if first and reading is not None:
             reading.join(self.pss_first_wait_s)  # small jobs: the key from the first sample
         with self._pss_lock:
-            current = self._pss_roots == roots and now - self._pss_time <= 2 * self._pss_period
-            return self._pss if current else None
+            new, self._pss_new = self._pss_new, False
+            return self._pss if new and self._pss_roots == roots else None
 
     def _own_birth(self, tid: int | None) -> None:
         """Take the PSS thread just started (``tid``) off the births a walk looks for.
@@ -354,9 +363,8 @@ class ProcessCollector(BaseCollector):
             took = time.monotonic() - began
             with self._pss_lock:
                 self._pss, self._pss_time, self._pss_roots = total, began, roots
-                ramp = self.pss_first_interval_s if self._pss_ramp is None else self._pss_ramp
-                self._pss_ramp = min(2.0 * ramp, self.pss_interval_s)
-                self._pss_period = max(min(ramp, self.pss_interval_s), 100.0 * took)
+                self._pss_new = True
+                self._pss_period = max(self.pss_interval_s, 100.0 * took)
                 self._pss_reading = None
 
     def _own(self, st: ProcStat) -> float:
@@ -364,12 +372,23 @@ class ProcessCollector(BaseCollector):
             return st.cpu_seconds + st.children_cpu_seconds
         return st.cpu_seconds
 
-    def _cpu_seconds(self, stats: dict[int, tuple[ProcStat, int]], born_after: float) -> float:
+    def _cpu_seconds(
+        self,
+        stats: dict[int, tuple[ProcStat, int]],
+        born_after: float,
+        now: float,
+        window: float,
+    ) -> float:
         """CPU seconds the job used since the previous sample (since start on the first).
 
-        A process seen for the first time counts whole when it started at or after
+        A process seen for the first time counts when it started at or after
         ``born_after`` (the clock reading before the previous walk, which could not have
         found it), and from now on otherwise (an older process that joined: a new root).
+        One that counts and is older than this ``window`` (seconds; ``now`` is the source's
+        clock) was born before the previous sample: its CPU since birth is spread evenly
+        over the time it ran and only this window's share counts, since the earlier
+        windows are already reported. Put whole into this window, two ranks found 0.5 s
+        after their birth read 174 % over a 0.25 s window.
         """
         if not self._prev:
             return sum(self._own(st) for st, _ in stats.values())
@@ -383,8 +402,10 @@ class ProcessCollector(BaseCollector):
                 used += st.cpu_seconds - prev[0].cpu_seconds
                 if self.track_process_tree:
                     reaped[pid] = st.children_cpu_seconds - prev[0].children_cpu_seconds
-            elif st.start_time >= born_after - _SAME:
-                used += self._own(st)  # born since the previous walk began
+            elif st.start_time >= born_after - _SAME:  # born since the previous walk began
+                lived = now - st.start_time
+                share = window / lived if lived > window > 0 else 1.0
+                used += self._own(st) * share
             # else: an older process that just joined the tree; it is counted from now on
         if self.track_process_tree:
             # A child that ended and was reaped moved its whole CPU time into its parent's
