@@ -362,10 +362,16 @@ class CallbackCore:
             if sink is not None:
                 sink.close()
 
-    def snapshot(self, reader: Reader | None = None) -> dict[str, float]:
-        """A new window of the run's reader (or ``reader``); empty where nothing samples."""
+    def snapshot(self, reader: Reader | None = None, repeat: bool = False) -> dict[str, float]:
+        """A new window of the run's reader (or ``reader``); empty where nothing samples.
+
+        A key with no sample since the reader's previous window is left out (empty when
+        the logging points come faster than ``interval``), so no logging point shows the
+        previous window again; ``repeat=True`` keeps its latest value instead (Keras'
+        epoch logs, whose columns ``CSVLogger`` fixes at the first epoch).
+        """
         reader = reader or self.reader
-        return reader.snapshot() if reader is not None else {}
+        return reader.snapshot(repeat) if reader is not None else {}
 
     @property
     def multi_node(self) -> bool:
@@ -375,10 +381,11 @@ class CallbackCore:
     def point(self) -> dict[str, float]:
         """The metrics of one logging point, un-prefixed; call it on every rank.
 
-        One node: this process's snapshot (empty where it does not sample). Several nodes:
-        one collective gathers each node's snapshot, and every rank gets every node's keys
-        under ``node{k}/`` with ``nodes_min/`` and ``nodes_max/`` (see
-        :func:`distributed.per_node`); only the logging rank uses them.
+        One node: this process's snapshot (empty where it does not sample, or where no
+        sample came since the previous point). Several nodes: one collective gathers each
+        node's snapshot (an empty one sends nothing, but every rank still calls it), and
+        every rank gets every node's keys under ``node{k}/`` with ``nodes_min/`` and
+        ``nodes_max/`` (see :func:`distributed.per_node`); only the logging rank uses them.
         """
         snapshot = self.snapshot()
         if not self.multi_node or self.layout is None:
@@ -405,9 +412,11 @@ class CallbackCore:
         produced = self._produced
         return {k: v for k, v in logs.items() if k not in produced}
 
-    def metrics(self, separator: str = "/", reader: Reader | None = None) -> dict[str, float]:
+    def metrics(
+        self, separator: str = "/", reader: Reader | None = None, repeat: bool = False
+    ) -> dict[str, float]:
         """A new snapshot, filtered and prefixed: for frameworks with one log sink."""
-        return self.named(self.snapshot(reader), separator)
+        return self.named(self.snapshot(reader, repeat), separator)
 
     def _name(self, key: str, separator: str) -> str | None:
         node = distributed.NODE_SEGMENT.match(key)  # include/exclude see the plain key

@@ -33,8 +33,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_all(commands: list[tuple[list[str], dict[str, str]]]) -> None:
-    """Run the launches side by side; fail with their output if one fails."""
+def run_all(commands: list[tuple[list[str], dict[str, str]]]) -> list[str]:
+    """Run the launches side by side; fail with their output if one fails, else return it."""
     procs = [
         subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
@@ -51,6 +51,7 @@ def run_all(commands: list[tuple[list[str], dict[str, str]]]) -> None:
                 p.wait()
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-4000:]
+    return outputs
 
 
 def calls(out: Path, *ranks: int) -> list[list[int]]:
@@ -101,6 +102,42 @@ def test_lightning_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
     # at the logging steps.
     [rank0], [rank1] = calls(tmp_path / "node0", 0), calls(tmp_path / "node1", 1)
     assert rank0 == rank1 == [-1, *loss_steps]
+
+
+def two_nodes(
+    tmp_path: Path, options: dict[str, Any], env: dict[int, dict[str, str]] | None = None,
+    wrap: dict[int, list[str]] | None = None,
+) -> list[str]:  # fmt: skip
+    """The Lightning job on two simulated nodes with these callback options; the outputs."""
+    port = str(free_port())
+    script = str(JOBS / "lightning_job.py")
+    env, wrap = env or {}, wrap or {}
+    return run_all([
+        ([*wrap.get(k, []), sys.executable, script, str(tmp_path / f"node{k}"), "nodes",
+          json.dumps(options)],
+         {"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+          **env.get(k, {})})
+        for k in (0, 1)
+    ])  # fmt: skip
+
+
+def test_a_node_without_a_new_sample_still_joins_every_gather(tmp_path: Path) -> None:
+    """Regression (issue 22): at interval=1.0 with ~30 ms steps the points repeated the
+    previous window. A point where a node has no new sample has none of that node's keys
+    (a gap), yet every rank still gathers at every logging step (a rank skipping a
+    collective alone would hang the job): the decision stays the step's alone."""
+    pytest.importorskip("lightning")
+    two_nodes(tmp_path, {"interval": 1.0})
+    rows = csv_rows(tmp_path / "node0")
+    loss_steps = steps_with(rows, "train_loss")
+    assert loss_steps == [3, 7, 11, 15, 19, 23]
+    [rank0], [rank1] = calls(tmp_path / "node0", 0), calls(tmp_path / "node1", 1)
+    assert rank0 == rank1 == [-1, *loss_steps]
+    for node in (0, 1):
+        logged = steps_with(rows, f"system/node{node}/cpu")
+        # ~0.2 s between points, a sample a second: most points have none of this node's.
+        assert logged and set(logged) <= set(loss_steps) and len(logged) < len(loss_steps)
+        assert logged[0] == 3  # the first point has the start-up sample
 
 
 def test_lightning_ddp_spawn_counts_every_rank_on_the_node(tmp_path: Path) -> None:

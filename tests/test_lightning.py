@@ -24,10 +24,15 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from sysmetrics import SystemMonitor  # noqa: E402
 from sysmetrics.integrations.lightning import SystemMetricsCallback  # noqa: E402
+from tests.windows import assert_fresh_points, run_file_steps  # noqa: E402
 
 
 class TinyModel(pl.LightningModule):
-    def __init__(self, fail_at: int | None = None, sleep: float = 0.0) -> None:
+    """Steps of ``sleep`` seconds (20 ms by default): a logging point every 2 or 3 steps
+    then has samples of its own at the tests' 0.02 s interval (a point with no new sample
+    logs no system keys)."""
+
+    def __init__(self, fail_at: int | None = None, sleep: float = 0.02) -> None:
         super().__init__()
         self.layer = torch.nn.Linear(8, 1)
         self.fail_at = fail_at
@@ -90,7 +95,7 @@ def tb_steps(root: Path, tag: str) -> list[int]:
 
 
 def test_step_metrics_sit_beside_the_loss(tmp_path: Path) -> None:
-    fit(tmp_path, SystemMetricsCallback(interval=0.05), log_every_n_steps=3)
+    fit(tmp_path, SystemMetricsCallback(interval=0.02), log_every_n_steps=3)
     rows = csv_rows(tmp_path)
     loss_steps = steps_with(rows, "train_loss_step")
     assert loss_steps == [2, 5, 8, 11, 14]  # 16 steps, logged every 3
@@ -103,7 +108,7 @@ def test_step_metrics_sit_beside_the_loss(tmp_path: Path) -> None:
 
 
 def test_epoch_metrics_once_per_epoch_at_the_epoch_step(tmp_path: Path) -> None:
-    fit(tmp_path, SystemMetricsCallback(interval=0.05, logging_interval="epoch"), epochs=3)
+    fit(tmp_path, SystemMetricsCallback(interval=0.02, logging_interval="epoch"), epochs=3)
     rows = csv_rows(tmp_path)
     epoch_steps = steps_with(rows, "train_loss_epoch")
     assert epoch_steps == [7, 15, 23]
@@ -113,7 +118,7 @@ def test_epoch_metrics_once_per_epoch_at_the_epoch_step(tmp_path: Path) -> None:
 
 def test_own_cadence_include_exclude_and_prefix(tmp_path: Path) -> None:
     cb = SystemMetricsCallback(
-        interval=0.05, log_every_n_steps=4, prefix="sys/", include=["cpu*", "proc.*"],
+        interval=0.02, log_every_n_steps=4, prefix="sys/", include=["cpu*", "proc.*"],
         exclude="*.max",
     )  # fmt: skip
     fit(tmp_path, cb, log_every_n_steps=50)
@@ -124,16 +129,35 @@ def test_own_cadence_include_exclude_and_prefix(tmp_path: Path) -> None:
     assert not any(k.endswith(".max") or k.startswith("sys/disk") for k in keys)
 
 
-def test_fast_steps_still_log_values_every_time(tmp_path: Path) -> None:
-    """Steps far shorter than the interval: each logging step still gets every key."""
+def test_fast_steps_log_no_stale_point(tmp_path: Path) -> None:
+    """Steps far shorter than the interval: only the first point (the start-up sample) has
+    system keys; the others have no new sample and log none (a gap, not a repeat)."""
     fit(tmp_path, SystemMetricsCallback(interval=30.0), log_every_n_steps=1)
     rows = csv_rows(tmp_path)
-    assert steps_with(rows, "system/cpu") == list(range(16))
-    assert steps_with(rows, "system/memory") == list(range(16))
+    assert steps_with(rows, "train_loss_step") == list(range(16))
+    assert steps_with(rows, "system/cpu") == [0]
+    assert steps_with(rows, "system/memory") == [0]
+
+
+def test_no_point_repeats_the_previous_window(tmp_path: Path) -> None:
+    """Regression (issue 22): at interval=1.0 with ~15 ms steps, 125 of 150 points were the
+    previous window again. Read back from the CSV and TensorBoard files: at most one point
+    per sample taken (the run file has every sample), each with a sample of its own."""
+    cb = SystemMetricsCallback(interval=1.0, run_file=True)
+    trainer_kw = {"log_every_n_steps": 5, "max_steps": 150}
+    model = TinyModel(sleep=0.015)
+    fit(tmp_path, cb, epochs=100, model=model, **trainer_kw)
+    rows = csv_rows(tmp_path)
+    assert len(steps_with(rows, "train_loss_step")) == 30  # 150 steps, logged every 5
+    points = [(int(r["step"]), {k: v for k, v in r.items() if k.startswith("system/")})
+              for r in rows if r.get("system/cpu")]  # fmt: skip
+    samples = run_file_steps(tmp_path / "csv/version_0/system_metrics.jsonl")
+    assert_fresh_points(points, samples)
+    assert tb_steps(tmp_path, "system/cpu") == [step for step, _ in points]
 
 
 def test_failing_training_step_leaves_no_sampler_thread(tmp_path: Path) -> None:
-    cb = SystemMetricsCallback(interval=0.05)
+    cb = SystemMetricsCallback(interval=0.02)
     with pytest.raises(RuntimeError, match="boom"):
         fit(tmp_path, cb, model=TinyModel(fail_at=3))
     assert cb.core.monitor is None
@@ -184,7 +208,7 @@ def test_run_file_beside_the_logs_on_the_logged_step_axis(tmp_path: Path) -> Non
 
 
 def test_a_shared_monitor_is_read_not_stopped(tmp_path: Path) -> None:
-    monitor = SystemMonitor(interval=0.05)
+    monitor = SystemMonitor(interval=0.02)
     try:
         cb = SystemMetricsCallback(monitor=monitor, log_every_n_steps=4)
         fit(tmp_path, cb)
@@ -216,7 +240,7 @@ def test_a_callback_and_an_exporter_share_one_sampler(tmp_path: Path) -> None:
     pytest.importorskip("prometheus_client", reason="needs the [prometheus] extra")
     from sysmetrics.sinks import PrometheusExporter
 
-    with SystemMonitor(interval=0.05) as monitor, PrometheusExporter(monitor, port=0) as ex:
+    with SystemMonitor(interval=0.02) as monitor, PrometheusExporter(monitor, port=0) as ex:
         scrapes = Scrapes(ex.url)
         fit(tmp_path, SystemMetricsCallback(monitor=monitor, log_every_n_steps=4),
             callbacks=[scrapes])  # fmt: skip
@@ -239,7 +263,7 @@ class RecordingCallback(SystemMetricsCallback):
 
 
 def test_ddp_one_sampler_per_node_and_one_point_per_step(tmp_path: Path) -> None:
-    cb = RecordingCallback(str(tmp_path), interval=0.05)
+    cb = RecordingCallback(str(tmp_path), interval=0.02)
     fit(tmp_path, cb, epochs=1, log_every_n_steps=2, strategy="ddp_spawn", devices=2,
         model=TinyModel())  # fmt: skip
     assert (tmp_path / "rank0").read_text() == "sampled"
@@ -275,7 +299,7 @@ class StopCallback(pl.Callback):
 def test_the_stopping_step_has_a_system_point(tmp_path: Path, how: str) -> None:
     """Regression: the trainer logs the step at which training stops (should_stop), and
     the system metrics were missing there."""
-    cb = SystemMetricsCallback(interval=0.05)
+    cb = SystemMetricsCallback(interval=0.02)
     kw: dict[str, Any] = {"log_every_n_steps": 3}
     if how == "module":
         kw["model"] = StopsAt(4)
@@ -307,7 +331,7 @@ def test_progress_bar_shows_system_metrics_only_when_asked(
 ) -> None:  # fmt: skip
     tqdm = pytest.importorskip("tqdm")
     monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)  # no tqdm thread left behind
-    cb = SystemMetricsCallback(interval=0.05, include="cpu", console=console)
+    cb = SystemMetricsCallback(interval=0.02, include="cpu", console=console)
     trainer = pl.Trainer(
         max_epochs=1, logger=CSVLogger(tmp_path, name="csv"), callbacks=[cb],
         enable_checkpointing=False, enable_model_summary=False, accelerator="cpu", devices=1,

@@ -1,6 +1,7 @@
 """A Lightning DDP run (gloo, CPU) for tests/test_distributed.py.
 
-Usage: ``python lightning_job.py OUT MODE``. MODE ``nodes``: one rank per node,
+Usage: ``python lightning_job.py OUT MODE [OPTIONS]``; OPTIONS: the callback's options as
+JSON (default ``{"interval": 0.05}``). MODE ``nodes``: one rank per node,
 ``num_nodes=2`` (the launcher sets ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); node
 1 keeps a busy child process, so its numbers differ from node 0's. MODE ``spawn``: one
 node, two ranks under ``ddp_spawn``, each training step spinning a CPU. Rank 0 writes a
@@ -9,6 +10,7 @@ CSVLogger under OUT; every rank writes the steps of its all-gathers to OUT/calls
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any
@@ -64,6 +66,7 @@ class Marks(pl.Callback):
 
 def main() -> None:
     out, mode = sys.argv[1], sys.argv[2]
+    options = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {"interval": 0.05}
     nodes = mode == "nodes"
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(192, 8, generator=g), torch.randn(192, 1, generator=g))
@@ -72,7 +75,7 @@ def main() -> None:
         num_nodes=2 if nodes else 1, devices=1 if nodes else 2,
         strategy="ddp" if nodes else "ddp_spawn",
         logger=CSVLogger(out, name="csv"),
-        callbacks=[SystemMetricsCallback(interval=0.1), Marks(out, busy=nodes)],
+        callbacks=[SystemMetricsCallback(**options), Marks(out, busy=nodes)],
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
     trainer.fit(Spinning(0.03 if nodes else 0.1), DataLoader(data, batch_size=4))
