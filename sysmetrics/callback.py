@@ -265,18 +265,33 @@ class CallbackCore:
 
         """
         self.stop()
-        self.layout = distributed.layout(node)
+        self.layout = distributed.layout(node)  # a collective: before anything may fail
         with self._lock:
             self._run += 1
             run = self._run
             own, self._unstarted = self._unstarted, None
             self._cleanup = cleanup
-            if sample:
-                self._open(own, run_dir)
-            elif own is not None:
-                own.stop()  # frees what its collectors opened
-            if watch is not None:
-                self._cancel_watch = _watch.watch(watch, lambda: self._end(run))
+            try:
+                if sample:
+                    self._open(own, run_dir)
+                elif own is not None:
+                    own.stop()  # frees what its collectors opened
+                if watch is not None:
+                    self._cancel_watch = _watch.watch(watch, lambda: self._end(run))
+            except RuntimeError as exc:  # "can't start new thread" (pids.max, ulimit -u)
+                # Training goes on exactly as without the callback: no metrics from this
+                # process, but its hooks stay, so in a multi-node run it still joins every
+                # gather (sending nothing) and no other rank waits for it.
+                if own is not None:
+                    own.stop()
+                self._close_locked()
+                warnings.warn(
+                    f"sysmetrics: the system monitor could not start, training goes on "
+                    f"without system metrics from this process: {type(exc).__name__}: "
+                    f"{quote(str(exc))}",
+                    SystemMetricsWarning,
+                    stacklevel=3,
+                )
 
     def _open(self, own: SystemMonitor | None, run_dir: str | None) -> None:
         """Open the run's monitor, reader and run file (under the lock)."""
@@ -342,25 +357,29 @@ class CallbackCore:
     def _end_locked(self) -> None:
         cancel, self._cancel_watch = self._cancel_watch, None
         cleanup, self._cleanup = self._cleanup, None
-        monitor, self.monitor = self.monitor, None
-        readers = [self.reader, *self._extra]
-        self.reader, self._extra = None, []
-        sink, self._sink = self._sink, None
         if cancel is not None:
             cancel()
         try:
             if cleanup is not None:
                 cleanup()
         finally:
-            if monitor is not None and monitor is self.shared:
-                monitor.step = None  # its samples after training belong to no step
-            elif monitor is not None:
-                monitor.stop()  # its last sample, with the last step, reaches the run file
-            for reader in readers:
-                if reader is not None:
-                    reader.close()
-            if sink is not None:
-                sink.close()
+            self._close_locked()
+
+    def _close_locked(self) -> None:
+        """Close the run's readers and run file, and stop the monitor it started."""
+        monitor, self.monitor = self.monitor, None
+        readers = [self.reader, *self._extra]
+        self.reader, self._extra = None, []
+        sink, self._sink = self._sink, None
+        if monitor is not None and monitor is self.shared:
+            monitor.step = None  # its samples after training belong to no step
+        elif monitor is not None:
+            monitor.stop()  # its last sample, with the last step, reaches the run file
+        for reader in readers:
+            if reader is not None:
+                reader.close()
+        if sink is not None:
+            sink.close()
 
     def snapshot(self, reader: Reader | None = None, repeat: bool = False) -> dict[str, float]:
         """A new window of the run's reader (or ``reader``); empty where nothing samples.

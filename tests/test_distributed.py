@@ -104,6 +104,12 @@ def test_lightning_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
     assert rank0 == rank1 == [-1, *loss_steps]
 
 
+def warnings_in(output: str) -> list[str]:
+    """The sysmetrics warnings a rank printed (Lightning prints some without the category)."""
+    return [line[line.index("sysmetrics: ") :] for line in output.splitlines()
+            if "sysmetrics: " in line]  # fmt: skip
+
+
 def two_nodes(
     tmp_path: Path, options: dict[str, Any], env: dict[int, dict[str, str]] | None = None,
     wrap: dict[int, list[str]] | None = None,
@@ -138,6 +144,27 @@ def test_a_node_without_a_new_sample_still_joins_every_gather(tmp_path: Path) ->
         # ~0.2 s between points, a sample a second: most points have none of this node's.
         assert logged and set(logged) <= set(loss_steps) and len(logged) < len(loss_steps)
         assert logged[0] == 3  # the first point has the start-up sample
+
+
+def test_a_rank_whose_monitor_cannot_start_leaves_the_job_running(tmp_path: Path) -> None:
+    """Regression (issue 23): ``RuntimeError: can't start new thread`` escaped
+    on_train_start and killed the rank, and the other waited for it. Node 1's threads
+    cannot start: the job finishes, node 1 warns once and sends nothing, yet joins every
+    gather, and node 0's numbers are logged at every loss step."""
+    pytest.importorskip("lightning")
+    outputs = two_nodes(tmp_path, {"interval": 0.05}, env={1: {"JOB_NO_THREADS": "1"}})
+    assert warnings_in(outputs[1]) == [
+        "sysmetrics: the system monitor could not start, training goes on without system "
+        "metrics from this process: RuntimeError: can't start new thread"
+    ], outputs[1][-3000:]
+    assert not warnings_in(outputs[0]), outputs[0][-3000:]
+    rows = csv_rows(tmp_path / "node0")
+    loss_steps = steps_with(rows, "train_loss")
+    assert loss_steps == [3, 7, 11, 15, 19, 23]
+    assert steps_with(rows, "system/node0/cpu") == loss_steps
+    assert not steps_with(rows, "system/node1/cpu")
+    [rank0], [rank1] = calls(tmp_path / "node0", 0), calls(tmp_path / "node1", 1)
+    assert rank0 == rank1 == [-1, *loss_steps]
 
 
 def test_lightning_ddp_spawn_counts_every_rank_on_the_node(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException  # n
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from sysmetrics import SystemMonitor  # noqa: E402
+from sysmetrics import SystemMetricsWarning, SystemMonitor  # noqa: E402
 from sysmetrics.integrations.lightning import SystemMetricsCallback  # noqa: E402
 from tests.windows import assert_fresh_points, run_file_steps  # noqa: E402
 
@@ -345,3 +345,37 @@ def test_progress_bar_shows_system_metrics_only_when_asked(
     assert steps_with(csv_rows(tmp_path), "system/cpu") == [1, 3, 5, 7]
     bar = trainer.progress_bar_callback
     assert bar is not None and "get_metrics" not in vars(bar)  # unwrapped at the end
+
+
+def no_sysmetrics_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fault injection: every thread sysmetrics starts fails as under a ``pids.max`` or
+    ``ulimit -u`` limit (``RuntimeError: can't start new thread``, what CPython raises
+    when ``pthread_create`` fails); the framework's own threads are left alone."""
+    start = threading.Thread.start
+
+    def failing_start(self: threading.Thread) -> None:
+        if self.name.startswith("sysmetrics"):
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", failing_start)
+
+
+def test_a_monitor_that_cannot_start_does_not_stop_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (issue 23): the RuntimeError escaped on_train_start and ended the fit
+    (in DDP, the rank and the job). Training goes on as without the callback: one
+    warning, no system metrics, every loss step logged."""
+    no_sysmetrics_threads(monkeypatch)
+    cb = SystemMetricsCallback(interval=0.02, run_file=True)
+    with pytest.warns(SystemMetricsWarning) as caught:
+        fit(tmp_path, cb, log_every_n_steps=3)
+    texts = [str(w.message) for w in caught if w.category is SystemMetricsWarning]
+    assert len(texts) == 1 and "can't start new thread" in texts[0], texts
+    assert "training goes on without system metrics" in texts[0]
+    rows = csv_rows(tmp_path)
+    assert steps_with(rows, "train_loss_step") == [2, 5, 8, 11, 14]
+    assert not any(k.startswith("system/") and v for r in rows for k, v in r.items())
+    assert cb.core.monitor is None and cb.core.reader is None
+    assert not [t for t in threading.enumerate() if t.name.startswith("sysmetrics")]

@@ -1,7 +1,9 @@
 """A Lightning DDP run (gloo, CPU) for tests/test_distributed.py.
 
 Usage: ``python lightning_job.py OUT MODE [OPTIONS]``; OPTIONS: the callback's options as
-JSON (default ``{"interval": 0.05}``). MODE ``nodes``: one rank per node,
+JSON (default ``{"interval": 0.05}``). With ``JOB_NO_THREADS=1`` in its environment, a
+rank cannot start any sysmetrics thread (``RuntimeError: can't start new thread``, as
+under a ``pids.max`` or ``ulimit -u`` limit). MODE ``nodes``: one rank per node,
 ``num_nodes=2`` (the launcher sets ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); node
 1 keeps a busy child process, so its numbers differ from node 0's. MODE ``spawn``: one
 node, two ranks under ``ddp_spawn``, each training step spinning a CPU. Rank 0 writes a
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -64,9 +67,23 @@ class Marks(pl.Callback):
         common.write_calls(self.out, trainer.global_rank)
 
 
+def no_sysmetrics_threads() -> None:
+    """Every thread sysmetrics starts fails as ``pthread_create`` does at a process limit."""
+    start = threading.Thread.start
+
+    def failing_start(self: threading.Thread) -> None:
+        if self.name.startswith("sysmetrics"):
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    threading.Thread.start = failing_start  # type: ignore[method-assign]
+
+
 def main() -> None:
     out, mode = sys.argv[1], sys.argv[2]
     options = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {"interval": 0.05}
+    if os.environ.get("JOB_NO_THREADS") == "1":
+        no_sysmetrics_threads()
     nodes = mode == "nodes"
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(192, 8, generator=g), torch.randn(192, 1, generator=g))
