@@ -74,7 +74,36 @@ def _patterns(name: str, value: object) -> tuple[str, ...]:
     return tuple(patterns)
 
 
-def _check_run_file(value: object, owner: str, run_dirs: bool) -> str | bool | None:
+def _elsewhere(message: str) -> None:
+    """Warn that a per-machine setting does not hold here, inside a distributed run."""
+    warnings.warn(
+        f"sysmetrics: {message}; inside a distributed run this machine leaves it out (the "
+        "other ranks keep it), rather than fail on some ranks only",
+        SystemMetricsWarning,
+        stacklevel=5,
+    )
+
+
+def _disk_paths_here(value: object) -> object:
+    """``disk_paths`` without the paths this machine lacks (each with a warning).
+
+    Entries that are not paths are kept, for the monitor's own ``TypeError``.
+    """
+    items = one_or_many(value, (str, os.PathLike))
+    if items is None:
+        return value
+    kept = []
+    for item in items:
+        if isinstance(item, (str, os.PathLike)) and not os.path.exists(os.fspath(item)):
+            _elsewhere(f"disk_paths contains {os.fspath(item)!r}, which does not exist here")
+        else:
+            kept.append(item)
+    return kept
+
+
+def _check_run_file(
+    value: object, owner: str, run_dirs: bool, elsewhere: bool = False
+) -> str | bool | None:
     if value is None or value is False:
         return None
     if value is True:
@@ -91,17 +120,21 @@ def _check_run_file(value: object, owner: str, run_dirs: bool) -> str | bool | N
             f"{RUN_FILE} in the run's log directory, or None"
         )
     path = os.path.expanduser(path)
+    problem = None
     if os.path.isdir(path):
-        raise ValueError(
+        problem = (
             f"run_file={value!r} is invalid: it is a directory; name the run file in it, "
             f"such as {os.path.join(path, RUN_FILE)!r}"
         )
     directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise ValueError(
-            f"run_file={value!r} is invalid: its directory {directory!r} does not exist"
-        )
-    return path
+    if problem is None and not os.path.isdir(directory):
+        problem = f"run_file={value!r} is invalid: its directory {directory!r} does not exist"
+    if problem is None:
+        return path
+    if not elsewhere:
+        raise ValueError(problem)
+    _elsewhere(problem + " here")
+    return None
 
 
 def _check_unknown(owner: str, options: Mapping[str, object]) -> None:
@@ -184,7 +217,11 @@ class CallbackCore:
                     "monitor= is a stopped SystemMonitor, which cannot sample again: pass a "
                     "new or running one"
                 )
-        self.run_file = _check_run_file(run_file, owner, run_dirs)
+        # Settings of this machine's files and devices may hold on some nodes only: inside
+        # a distributed run one that does not hold here is left out with a warning, as
+        # an error on some ranks only would leave the others waiting for them.
+        elsewhere = distributed.launched()
+        self.run_file = _check_run_file(run_file, owner, run_dirs, elsewhere)
         if logging_interval not in LOGGING_INTERVALS:
             raise ValueError(
                 f"logging_interval={logging_interval!r} is invalid: use 'step' or 'epoch'"
@@ -209,11 +246,13 @@ class CallbackCore:
             "interval": 1.0 if interval is None else interval,
             **monitor_options,
         }
+        if elsewhere and "disk_paths" in monitor_options:
+            self.monitor_options["disk_paths"] = _disk_paths_here(monitor_options["disk_paths"])
         self.shared = monitor  # a monitor the user owns: never stopped here
         # Validate every monitor option now, with the monitor's own messages, and keep
         # that monitor for the first start (its collectors may have run a vendor tool).
         self._unstarted: SystemMonitor | None = (
-            SystemMonitor(**self.monitor_options) if monitor is None else None
+            self._new_monitor(elsewhere) if monitor is None else None
         )
         self.monitor: SystemMonitor | None = None  # the monitor of the current run
         self.reader: Reader | None = None  # this run's reader of it
@@ -226,6 +265,26 @@ class CallbackCore:
         self._run = 0
         self._cancel_watch: Callable[[], None] | None = None
         self._cleanup: Callable[[], None] | None = None
+
+    def _new_monitor(self, elsewhere: bool) -> SystemMonitor:
+        """The callback's own monitor, checking every option with the monitor's messages.
+
+        Inside a distributed run, ``gpu_ids`` naming a GPU this machine lacks (or with no
+        NVIDIA GPU here) watches no NVIDIA GPU here, with a warning.
+        """
+        options = self.monitor_options
+        try:
+            return SystemMonitor(**options)
+        except ValueError as exc:
+            if (
+                not elsewhere
+                or options.get("gpu_ids") is None
+                or not str(exc).startswith("gpu_ids")
+            ):
+                raise
+            _elsewhere(f"{exc}; no NVIDIA GPU is watched here")
+            options["gpu_ids"] = []
+            return SystemMonitor(**options)
 
     def __getstate__(self) -> dict[str, Any]:
         # ddp_spawn pickles callbacks; a monitor holds locks and handles, so the copy

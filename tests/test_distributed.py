@@ -167,6 +167,46 @@ def test_a_rank_whose_monitor_cannot_start_leaves_the_job_running(tmp_path: Path
     assert rank0 == rank1 == [-1, *loss_steps]
 
 
+def hidden_by_a_mount(directory: Path) -> list[str] | None:
+    """A command prefix that runs its command with an empty tmpfs over ``directory`` (a new
+    mount namespace: what that node sees), or None where the machine cannot (not root)."""
+    probe = ["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {directory} && exec true"]
+    try:
+        if subprocess.run(probe, capture_output=True, timeout=30).returncode != 0:
+            return None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return ["unshare", "-m", "sh", "-c", f'mount -t tmpfs none {directory} && exec "$@"', "sh"]
+
+
+def test_a_disk_path_on_one_node_only_leaves_the_job_running(tmp_path: Path) -> None:
+    """Regression (issue 23): a disk_paths entry that exists on node 0 only raised
+    ValueError at construction on node 1, and node 0 waited in process-group setup until
+    torch's timeout. Node 1 (its own mount namespace, where the scratch directory is
+    hidden under an empty tmpfs) warns once and leaves the path out; the job finishes and
+    node 0 keeps the path's keys."""
+    pytest.importorskip("lightning")
+    mnt = tmp_path / "mnt"
+    scratch = mnt / "scratch"
+    scratch.mkdir(parents=True)
+    wrap = hidden_by_a_mount(mnt)
+    if wrap is None:
+        pytest.skip("needs root to make a mount namespace (unshare -m) for node 1's view")
+    outputs = two_nodes(tmp_path, {"interval": 0.05, "disk_paths": ["/", str(scratch)]},
+                        wrap={1: wrap})  # fmt: skip
+    (warning,) = warnings_in(outputs[1])
+    assert warning.startswith(f"sysmetrics: disk_paths contains {str(scratch)!r}, which does "
+                              "not exist here; inside a distributed run")  # fmt: skip
+    assert not warnings_in(outputs[0]), outputs[0][-3000:]
+    rows = csv_rows(tmp_path / "node0")
+    loss_steps = steps_with(rows, "train_loss")
+    assert loss_steps == [3, 7, 11, 15, 19, 23]
+    for key in ("node0/cpu", "node1/cpu", "node0/disk./.usagePercent", "node1/disk./.usagePercent",
+                f"node0/disk.{scratch}.usagePercent"):  # fmt: skip
+        assert steps_with(rows, f"system/{key}") == loss_steps, key
+    assert not steps_with(rows, f"system/node1/disk.{scratch}.usagePercent")
+
+
 def test_lightning_ddp_spawn_counts_every_rank_on_the_node(tmp_path: Path) -> None:
     """Regression: under ddp_spawn rank 1 is not rank 0's child; ``cpu`` read ~50 % of
     2 CPUs (rank 0 alone) where both ranks kept a CPU busy."""
