@@ -15,6 +15,8 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,13 +148,41 @@ def test_a_node_without_a_new_sample_still_joins_every_gather(tmp_path: Path) ->
         assert logged[0] == 3  # the first point has the start-up sample
 
 
-def test_a_rank_whose_monitor_cannot_start_leaves_the_job_running(tmp_path: Path) -> None:
+@pytest.fixture
+def pids_cgroup() -> Iterator[str]:
+    """A new pids cgroup (v1) to cap a rank's tasks in; skipped where none can be made."""
+    path = Path("/sys/fs/cgroup/pids") / f"sysmetrics-test-{os.getpid()}"
+    try:
+        path.mkdir()
+    except OSError as exc:
+        pytest.skip(f"needs a writable pids cgroup v1 (root) for a real pids.max: {exc}")
+    try:
+        yield str(path)
+    finally:
+        for _ in range(50):  # empty once the rank has exited
+            try:
+                path.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+@pytest.mark.parametrize("limit", ["pids.max", "patched Thread.start"])
+def test_a_rank_whose_monitor_cannot_start_leaves_the_job_running(
+    tmp_path: Path, request: pytest.FixtureRequest, limit: str
+) -> None:
     """Regression (issue 23): ``RuntimeError: can't start new thread`` escaped
-    on_train_start and killed the rank, and the other waited for it. Node 1's threads
-    cannot start: the job finishes, node 1 warns once and sends nothing, yet joins every
-    gather, and node 0's numbers are logged at every loss step."""
+    on_train_start and killed the rank, and the other failed with it. Node 1 cannot start
+    a thread (a real ``pids.max`` limit on its tasks where the machine allows one; else
+    the error injected into ``threading.Thread.start``): the job finishes, node 1 warns
+    once and sends nothing, yet joins every gather, and node 0's numbers are logged at
+    every loss step."""
     pytest.importorskip("lightning")
-    outputs = two_nodes(tmp_path, {"interval": 0.05}, env={1: {"JOB_NO_THREADS": "1"}})
+    if limit == "pids.max":
+        fault = {"JOB_PIDS_CGROUP": request.getfixturevalue("pids_cgroup")}
+    else:
+        fault = {"JOB_NO_THREADS": "1"}
+    outputs = two_nodes(tmp_path, {"interval": 0.05}, env={1: fault})
     assert warnings_in(outputs[1]) == [
         "sysmetrics: the system monitor could not start, training goes on without system "
         "metrics from this process: RuntimeError: can't start new thread"

@@ -1,9 +1,11 @@
 """A Lightning DDP run (gloo, CPU) for tests/test_distributed.py.
 
 Usage: ``python lightning_job.py OUT MODE [OPTIONS]``; OPTIONS: the callback's options as
-JSON (default ``{"interval": 0.05}``). With ``JOB_NO_THREADS=1`` in its environment, a
-rank cannot start any sysmetrics thread (``RuntimeError: can't start new thread``, as
-under a ``pids.max`` or ``ulimit -u`` limit). MODE ``nodes``: one rank per node,
+JSON (default ``{"interval": 0.05}``). With ``JOB_PIDS_CGROUP=DIR`` (a pids cgroup v1 directory) in
+its environment, a rank caps its tasks there at setup (a real ``pids.max`` limit: no new
+thread or process from then on); with ``JOB_NO_THREADS=1``, no sysmetrics thread can
+start (``RuntimeError: can't start new thread``, injected by patching
+``threading.Thread.start``). MODE ``nodes``: one rank per node,
 ``num_nodes=2`` (the launcher sets ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); node
 1 keeps a busy child process, so its numbers differ from node 0's. MODE ``spawn``: one
 node, two ranks under ``ddp_spawn``, each training step spinning a CPU. Rank 0 writes a
@@ -53,8 +55,15 @@ class Marks(pl.Callback):
         self.out, self.busy = out, busy
         self.child: Any = None
 
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        cgroup = os.environ.get("JOB_PIDS_CGROUP")
+        if cgroup:  # the busy child first: no process can start under the limit
+            if self.busy and trainer.node_rank == 1:
+                self.child = common.busy_child()
+            common.limit_tasks(cgroup)
+
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.busy and trainer.node_rank == 1:
+        if self.busy and trainer.node_rank == 1 and self.child is None:
             self.child = common.busy_child()
 
     def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
