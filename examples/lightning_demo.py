@@ -2,7 +2,9 @@
 
 Run: ``python examples/lightning_demo.py [output folder]``. System metrics go to a
 CSVLogger and a TensorBoardLogger at the trainer's logging steps, beside ``train_loss``;
-the script prints where the files are and the system columns it finds in the CSV.
+the script prints where the files are and the system columns it finds in the CSV. A
+logging step with no sample since the previous one (steps faster than ``interval``) has
+no system values: a gap in the logger, never the previous values again.
 """
 
 from __future__ import annotations
@@ -56,14 +58,18 @@ def main() -> None:
 
     csv_path = Path(trainer.loggers[0].log_dir) / "metrics.csv"
     with open(csv_path) as f:
-        rows = [r for r in csv.DictReader(f) if r.get("system/cpu")]
+        every = list(csv.DictReader(f))
+    logged = [r for r in every if r.get("train_loss")]  # the trainer's logging steps
+    rows = [r for r in every if r.get("system/cpu")]
     shown = ["system/cpu", "system/proc.memory.rssMB", "system/proc.cpu.threads", "system/memory"]
     print(f"\nCSV: {csv_path}\nTensorBoard: {trainer.loggers[1].log_dir}")
     print(f"{'step':>6}" + "".join(f"{k:>28}" for k in shown))
     for r in rows:
-        print(f"{r['step']:>6}" + "".join(f"{float(r[k]):>28.1f}" for k in shown))
-    print(f"{len(rows)} logging steps with {sum(k.startswith('system/') for k in rows[0])} "
-          "system keys each (DataLoader workers included in cpu and rssMB)")  # fmt: skip
+        print(f"{r['step']:>6}" + "".join(f"{float(r[k] or 'nan'):>28.1f}" for k in shown))
+    keys = max(sum(bool(v) and k.startswith("system/") for k, v in r.items()) for r in rows)
+    print(f"{len(rows)} of {len(logged)} logging steps have system metrics, up to {keys} keys "
+          "(DataLoader workers included in cpu and rssMB); the others had no new sample "
+          "since the previous one")  # fmt: skip
 
 
 if __name__ == "__main__":

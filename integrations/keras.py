@@ -119,7 +119,9 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if logs is not None:
-            logs.update(self.core.metrics(reader=self._epochs))
+            # Epoch logs keep the latest values where the epoch had no sample: CSVLogger
+            # fixed its columns at the first epoch and would write "NA" in them.
+            logs.update(self.core.metrics(reader=self._epochs, repeat=True))
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self._epochs = None

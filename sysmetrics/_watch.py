@@ -40,8 +40,13 @@ def watch(frame: FrameType, on_end: Callable[[], None]) -> Callable[[], None]:
         key = _next_id
         _watches[key] = (frame, threading.get_ident(), on_end)
         if _thread is None:
-            _thread = threading.Thread(target=_run, name="sysmetrics-watch", daemon=True)
-            _thread.start()
+            thread = threading.Thread(target=_run, name="sysmetrics-watch", daemon=True)
+            try:
+                thread.start()
+            except BaseException:  # can't start new thread: no watch, and none left half-made
+                del _watches[key]
+                raise
+            _thread = thread
 
     def cancel() -> None:
         with _lock:

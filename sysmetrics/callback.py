@@ -75,7 +75,36 @@ def _patterns(name: str, value: object) -> tuple[str, ...]:
     return tuple(patterns)
 
 
-def _check_run_file(value: object, owner: str, run_dirs: bool) -> str | bool | None:
+def _elsewhere(message: str) -> None:
+    """Warn that a per-machine setting does not hold here, inside a distributed run."""
+    warnings.warn(
+        f"sysmetrics: {message}; inside a distributed run this machine leaves it out (the "
+        "other ranks keep it), rather than fail on some ranks only",
+        SystemMetricsWarning,
+        stacklevel=5,
+    )
+
+
+def _disk_paths_here(value: object) -> object:
+    """``disk_paths`` without the paths this machine lacks (each with a warning).
+
+    Entries that are not paths are kept, for the monitor's own ``TypeError``.
+    """
+    items = one_or_many(value, (str, os.PathLike))
+    if items is None:
+        return value
+    kept = []
+    for item in items:
+        if isinstance(item, (str, os.PathLike)) and not os.path.exists(os.fspath(item)):
+            _elsewhere(f"disk_paths contains {os.fspath(item)!r}, which does not exist here")
+        else:
+            kept.append(item)
+    return kept
+
+
+def _check_run_file(
+    value: object, owner: str, run_dirs: bool, elsewhere: bool = False
+) -> str | bool | None:
     if value is None or value is False:
         return None
     if value is True:
@@ -92,17 +121,21 @@ def _check_run_file(value: object, owner: str, run_dirs: bool) -> str | bool | N
             f"{RUN_FILE} in the run's log directory, or None"
         )
     path = os.path.expanduser(path)
+    problem = None
     if os.path.isdir(path):
-        raise ValueError(
+        problem = (
             f"run_file={value!r} is invalid: it is a directory; name the run file in it, "
             f"such as {os.path.join(path, RUN_FILE)!r}"
         )
     directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise ValueError(
-            f"run_file={value!r} is invalid: its directory {directory!r} does not exist"
-        )
-    return path
+    if problem is None and not os.path.isdir(directory):
+        problem = f"run_file={value!r} is invalid: its directory {directory!r} does not exist"
+    if problem is None:
+        return path
+    if not elsewhere:
+        raise ValueError(problem)
+    _elsewhere(problem + " here")
+    return None
 
 
 def _check_unknown(owner: str, options: Mapping[str, object]) -> None:
@@ -185,7 +218,11 @@ class CallbackCore:
                     "monitor= is a stopped SystemMonitor, which cannot sample again: pass a "
                     "new or running one"
                 )
-        self.run_file = _check_run_file(run_file, owner, run_dirs)
+        # Settings of this machine's files and devices may hold on some nodes only: inside
+        # a distributed run one that does not hold here is left out with a warning, as
+        # an error on some ranks only would leave the others waiting for them.
+        elsewhere = distributed.launched()
+        self.run_file = _check_run_file(run_file, owner, run_dirs, elsewhere)
         if logging_interval not in LOGGING_INTERVALS:
             raise ValueError(
                 f"logging_interval={logging_interval!r} is invalid: use 'step' or 'epoch'"
@@ -210,11 +247,13 @@ class CallbackCore:
             "interval": 1.0 if interval is None else interval,
             **monitor_options,
         }
+        if elsewhere and "disk_paths" in monitor_options:
+            self.monitor_options["disk_paths"] = _disk_paths_here(monitor_options["disk_paths"])
         self.shared = monitor  # a monitor the user owns: never stopped here
         # Validate every monitor option now, with the monitor's own messages, and keep
         # that monitor for the first start (its collectors may have run a vendor tool).
         self._unstarted: SystemMonitor | None = (
-            SystemMonitor(**self.monitor_options) if monitor is None else None
+            self._new_monitor(elsewhere) if monitor is None else None
         )
         self.monitor: SystemMonitor | None = None  # the monitor of the current run
         self.reader: Reader | None = None  # this run's reader of it
@@ -227,6 +266,26 @@ class CallbackCore:
         self._run = 0
         self._cancel_watch: Callable[[], None] | None = None
         self._cleanup: Callable[[], None] | None = None
+
+    def _new_monitor(self, elsewhere: bool) -> SystemMonitor:
+        """The callback's own monitor, checking every option with the monitor's messages.
+
+        Inside a distributed run, ``gpu_ids`` naming a GPU this machine lacks (or with no
+        NVIDIA GPU here) watches no NVIDIA GPU here, with a warning.
+        """
+        options = self.monitor_options
+        try:
+            return SystemMonitor(**options)
+        except ValueError as exc:
+            if (
+                not elsewhere
+                or options.get("gpu_ids") is None
+                or not str(exc).startswith("gpu_ids")
+            ):
+                raise
+            _elsewhere(f"{exc}; no NVIDIA GPU is watched here")
+            options["gpu_ids"] = []
+            return SystemMonitor(**options)
 
     def __getstate__(self) -> dict[str, Any]:
         # ddp_spawn pickles callbacks; a monitor holds locks and handles, so the copy
@@ -268,18 +327,33 @@ class CallbackCore:
 
         """
         self.stop()
-        self.layout = distributed.layout(node)
+        self.layout = distributed.layout(node)  # a collective: before anything may fail
         with self._lock:
             self._run += 1
             run = self._run
             own, self._unstarted = self._unstarted, None
             self._cleanup = cleanup
-            if sample:
-                self._open(own, run_dir, step)
-            elif own is not None:
-                own.stop()  # frees what its collectors opened
-            if watch is not None:
-                self._cancel_watch = _watch.watch(watch, lambda: self._end(run))
+            try:
+                if sample:
+                    self._open(own, run_dir, step)
+                elif own is not None:
+                    own.stop()  # frees what its collectors opened
+                if watch is not None:
+                    self._cancel_watch = _watch.watch(watch, lambda: self._end(run))
+            except RuntimeError as exc:  # "can't start new thread" (pids.max, ulimit -u)
+                # Training goes on exactly as without the callback: no metrics from this
+                # process, but its hooks stay, so in a multi-node run it still joins every
+                # gather (sending nothing) and no other rank waits for it.
+                if own is not None:
+                    own.stop()
+                self._close_locked()
+                warnings.warn(
+                    f"sysmetrics: the system monitor could not start, training goes on "
+                    f"without system metrics from this process: {type(exc).__name__}: "
+                    f"{quote(str(exc))}",
+                    SystemMetricsWarning,
+                    stacklevel=3,
+                )
 
     def _open(self, own: SystemMonitor | None, run_dir: str | None, step: int | None) -> None:
         """Open the run's monitor, reader and run file (under the lock).
@@ -362,30 +436,43 @@ class CallbackCore:
     def _end_locked(self, failed: bool = False) -> None:
         cancel, self._cancel_watch = self._cancel_watch, None
         cleanup, self._cleanup = self._cleanup, None
-        monitor, self.monitor = self.monitor, None
-        readers = [self.reader, *self._extra]
-        self.reader, self._extra = None, []
-        sink, self._sink = self._sink, None
         if cancel is not None:
             cancel()
         try:
             if cleanup is not None:
                 cleanup()
         finally:
-            if monitor is not None and monitor is self.shared:
-                monitor.step = None  # its samples after training belong to no step
-            elif monitor is not None:
-                monitor.stop()  # its last sample, with the last step, reaches the run file
-            for reader in readers:
-                if reader is not None:
-                    reader.close()
-            if sink is not None:
-                sink.close(end={"status": "failed" if failed else "finished"})
+            self._close_locked(end={"status": "failed" if failed else "finished"})
 
-    def snapshot(self, reader: Reader | None = None) -> dict[str, float]:
-        """A new window of the run's reader (or ``reader``); empty where nothing samples."""
+    def _close_locked(self, end: Mapping[str, Any] | None = None) -> None:
+        """Close the run's readers and run file, and stop the monitor it started.
+
+        ``end``: more fields for the run file's end line (``status``).
+        """
+        monitor, self.monitor = self.monitor, None
+        readers = [self.reader, *self._extra]
+        self.reader, self._extra = None, []
+        sink, self._sink = self._sink, None
+        if monitor is not None and monitor is self.shared:
+            monitor.step = None  # its samples after training belong to no step
+        elif monitor is not None:
+            monitor.stop()  # its last sample, with the last step, reaches the run file
+        for reader in readers:
+            if reader is not None:
+                reader.close()
+        if sink is not None:
+            sink.close(end=end)
+
+    def snapshot(self, reader: Reader | None = None, repeat: bool = False) -> dict[str, float]:
+        """A new window of the run's reader (or ``reader``); empty where nothing samples.
+
+        A key with no sample since the reader's previous window is left out (empty when
+        the logging points come faster than ``interval``), so no logging point shows the
+        previous window again; ``repeat=True`` keeps its latest value instead (Keras'
+        epoch logs, whose columns ``CSVLogger`` fixes at the first epoch).
+        """
         reader = reader or self.reader
-        return reader.snapshot() if reader is not None else {}
+        return reader.snapshot(repeat) if reader is not None else {}
 
     @property
     def multi_node(self) -> bool:
@@ -395,10 +482,11 @@ class CallbackCore:
     def point(self) -> dict[str, float]:
         """The metrics of one logging point, un-prefixed; call it on every rank.
 
-        One node: this process's snapshot (empty where it does not sample). Several nodes:
-        one collective gathers each node's snapshot, and every rank gets every node's keys
-        under ``node{k}/`` with ``nodes_min/`` and ``nodes_max/`` (see
-        :func:`distributed.per_node`); only the logging rank uses them.
+        One node: this process's snapshot (empty where it does not sample, or where no
+        sample came since the previous point). Several nodes: one collective gathers each
+        node's snapshot (an empty one sends nothing, but every rank still calls it), and
+        every rank gets every node's keys under ``node{k}/`` with ``nodes_min/`` and
+        ``nodes_max/`` (see :func:`distributed.per_node`); only the logging rank uses them.
         """
         snapshot = self.snapshot()
         if not self.multi_node or self.layout is None:
@@ -425,9 +513,11 @@ class CallbackCore:
         produced = self._produced
         return {k: v for k, v in logs.items() if k not in produced}
 
-    def metrics(self, separator: str = "/", reader: Reader | None = None) -> dict[str, float]:
+    def metrics(
+        self, separator: str = "/", reader: Reader | None = None, repeat: bool = False
+    ) -> dict[str, float]:
         """A new snapshot, filtered and prefixed: for frameworks with one log sink."""
-        return self.named(self.snapshot(reader), separator)
+        return self.named(self.snapshot(reader, repeat), separator)
 
     def _name(self, key: str, separator: str) -> str | None:
         node = distributed.NODE_SEGMENT.match(key)  # include/exclude see the plain key

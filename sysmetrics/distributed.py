@@ -52,6 +52,29 @@ def env_node_rank() -> int | None:
     return None
 
 
+# The launchers' world sizes, and what a launcher of several nodes sets on each of them.
+_WORLD_SIZES = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+_NODE_SETTINGS = ("GROUP_RANK", "NODE_RANK", "MASTER_ADDR")
+
+
+def launched() -> bool:
+    """Whether this process is one rank of several, as far as can be known before training.
+
+    True where a process group of several ranks is initialised, or where the launcher's
+    environment says so: a world size above 1 (``WORLD_SIZE``: torchrun, accelerate,
+    Lightning, DeepSpeed; ``SLURM_NTASKS``; ``OMPI_COMM_WORLD_SIZE``; ``PMI_SIZE``), or a
+    node rank or rendezvous address (``GROUP_RANK``, ``NODE_RANK``, ``MASTER_ADDR``: what
+    each node of a multi-node launch is given, node 0 included). Cheap; no collective.
+    """
+    if _dist() is not None:
+        return True
+    for name in _WORLD_SIZES:
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 1:
+            return True
+    return any(os.environ.get(name) for name in _NODE_SETTINGS)
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where this rank is: the same view on every rank (from one all-gather at train start).

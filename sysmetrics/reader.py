@@ -45,7 +45,8 @@ class Reader:
     :meth:`snapshot` aggregates the samples since *this* reader's previous snapshot (or
     since it was made), whoever else reads the monitor: gauges are averaged, cumulative
     counters give their latest value, memory gauges get a ``<key>.max`` companion with the
-    window's peak, and with no new sample it repeats the latest values. It does no I/O.
+    window's peak, and with no new sample it repeats the latest values (unless asked not
+    to: ``snapshot(repeat=False)``). It does no I/O.
 
     With ``buffer=n`` the reader keeps every sample instead of windows (the last ``n`` not
     yet taken) for :meth:`samples`, which sinks that write each sample (a run file) drain
@@ -66,15 +67,26 @@ class Reader:
         self._new = threading.Event()
         self.dropped = 0  # samples dropped from a full buffer
         self.closed = False
+        self._repeated: list[str] = []  # keys of the latest window that no sample had
 
-    def snapshot(self) -> dict[str, float]:
+    def snapshot(self, repeat: bool = True) -> dict[str, float]:
         """Aggregate of the samples since this reader's previous call; empty once closed.
+
+        Args:
+            repeat: with no sample of a key since the previous call, repeat its latest
+                value (True, the monitor's ``snapshot()``), or leave the key out (False:
+                what the callbacks log, so a logging point without a new sample logs no
+                system keys rather than the previous window again).
 
         Raises:
             RuntimeError: the reader keeps samples (``buffer=n``), not windows.
 
         """
-        return self._monitor._read(self)
+        out = self._monitor._read(self)
+        if not repeat:
+            for key in self._repeated:
+                out.pop(key, None)
+        return out
 
     def samples(self) -> list[Sample]:
         """The buffered samples, oldest first, taken out of the buffer (``buffer=n`` only)."""
@@ -114,14 +126,18 @@ class Reader:
         """The window of this reader over ``series``; a new window starts."""
         acc, self._acc = self._acc, {}
         out: dict[str, float] = {}
+        repeated: list[str] = []
+        self._repeated = repeated
         for key, s in series.items():
             a = acc.get(key)
             if a is None:
                 if s.seen != tick:
                     continue  # nothing new, and its collector no longer reports it
                 out[key] = s.last
+                repeated.append(key)
                 if s.kind == "peak":
                     out[key + ".max"] = s.last
+                    repeated.append(key + ".max")
                 continue
             out[key] = s.last if s.kind == "last" else a[0] / a[1]
             if s.kind == "peak":

@@ -26,6 +26,17 @@ def callback_cls(request: pytest.FixtureRequest) -> Any:
     return callback_class(request.param)
 
 
+LAUNCHER_ENV = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "GROUP_RANK",
+                "NODE_RANK", "MASTER_ADDR")  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside any distributed launch (a ddp_spawn test earlier may leave MASTER_ADDR)."""
+    for name in LAUNCHER_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.mark.parametrize(
     ("option", "hint"),
     [
@@ -106,3 +117,46 @@ def test_numpy_numbers_are_accepted(callback_cls: Any) -> None:
     cb = callback_cls(interval=np.float32(0.5), log_every_n_steps=np.int64(4))
     assert cb.core.log_every_n_steps == 4 and type(cb.core.log_every_n_steps) is int
     assert cb.core.monitor_options["interval"] == np.float32(0.5)
+
+
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [("WORLD_SIZE", "2"), ("NODE_RANK", "0"), ("MASTER_ADDR", "10.0.0.1"), ("SLURM_NTASKS", "8")],
+)
+def test_a_machine_setting_that_does_not_hold_here_is_a_warning_in_a_distributed_run(
+    callback_cls: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: str, value: str
+) -> None:
+    """Regression (issue 23): a disk_paths entry, run_file directory or gpu_ids present on
+    some nodes only raised on the others, which left the rest of the job waiting for them.
+    Inside a distributed launch each is left out here with one warning."""
+    from sysmetrics import SystemMetricsWarning
+
+    monkeypatch.setenv(env, value)
+    here, gone = str(tmp_path), str(tmp_path / "gone")
+    with pytest.warns(SystemMetricsWarning) as caught:
+        cb = callback_cls(disk_paths=[here, gone], run_file=tmp_path / "gone" / "run.jsonl",
+                          gpu_ids=[0])  # fmt: skip  # no NVIDIA GPU on this machine
+    texts = sorted(str(w.message) for w in caught if w.category is SystemMetricsWarning)
+    assert len(texts) == 3, texts
+    assert texts[0].startswith(f"sysmetrics: disk_paths contains {gone!r}, which does not exist")
+    assert texts[1].startswith("sysmetrics: gpu_ids=[0] cannot be watched")
+    assert f"its directory {gone!r} does not exist here" in texts[2]
+    assert all("this machine leaves it out (the other ranks keep it)" in t for t in texts)
+    assert caught[0].filename == __file__  # the warning points at the user's line
+    assert cb.core.monitor_options["disk_paths"] == [here]
+    assert cb.core.monitor_options["gpu_ids"] == []
+    assert cb.core.run_file is None
+    # Types and impossible values still raise at construction, on every rank alike.
+    with pytest.raises(TypeError, match=r"disk_paths contains None, which is not a path"):
+        callback_cls(disk_paths=[gone, None])
+    with pytest.raises(TypeError, match=r"run_file=3 is invalid"):
+        callback_cls(run_file=3)
+    with pytest.raises(ValueError, match=r"interval=0 is invalid"):
+        callback_cls(interval=0, disk_paths=[gone])
+
+
+def test_outside_a_distributed_run_a_missing_path_still_raises(callback_cls: Any) -> None:
+    with pytest.raises(ValueError, match=r"disk_paths contains '/nope', which does not exist"):
+        callback_cls(disk_paths=["/", "/nope"])
+    with pytest.raises(ValueError, match=r"gpu_ids=\[0\] cannot be watched"):
+        callback_cls(gpu_ids=[0])

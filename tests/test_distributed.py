@@ -15,6 +15,8 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_all(commands: list[tuple[list[str], dict[str, str]]]) -> None:
-    """Run the launches side by side; fail with their output if one fails."""
+def run_all(commands: list[tuple[list[str], dict[str, str]]]) -> list[str]:
+    """Run the launches side by side; fail with their output if one fails, else return it."""
     procs = [
         subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
@@ -51,6 +53,7 @@ def run_all(commands: list[tuple[list[str], dict[str, str]]]) -> None:
                 p.wait()
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-4000:]
+    return outputs
 
 
 def calls(out: Path, *ranks: int) -> list[list[int]]:
@@ -103,18 +106,143 @@ def test_lightning_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
     assert rank0 == rank1 == [-1, *loss_steps]
 
 
+def warnings_in(output: str) -> list[str]:
+    """The sysmetrics warnings a rank printed (Lightning prints some without the category)."""
+    return [line[line.index("sysmetrics: ") :] for line in output.splitlines()
+            if "sysmetrics: " in line]  # fmt: skip
+
+
+def two_nodes(
+    tmp_path: Path, options: dict[str, Any], env: dict[int, dict[str, str]] | None = None,
+    wrap: dict[int, list[str]] | None = None,
+) -> list[str]:  # fmt: skip
+    """The Lightning job on two simulated nodes with these callback options; the outputs."""
+    port = str(free_port())
+    script = str(JOBS / "lightning_job.py")
+    env, wrap = env or {}, wrap or {}
+    return run_all([
+        ([*wrap.get(k, []), sys.executable, script, str(tmp_path / f"node{k}"), "nodes",
+          json.dumps(options)],
+         {"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+          **env.get(k, {})})
+        for k in (0, 1)
+    ])  # fmt: skip
+
+
+def test_a_node_without_a_new_sample_still_joins_every_gather(tmp_path: Path) -> None:
+    """Regression (issue 22): at interval=1.0 with ~30 ms steps the points repeated the
+    previous window. A point where a node has no new sample has none of that node's keys
+    (a gap), yet every rank still gathers at every logging step (a rank skipping a
+    collective alone would hang the job): the decision stays the step's alone."""
+    pytest.importorskip("lightning")
+    two_nodes(tmp_path, {"interval": 1.0})
+    rows = csv_rows(tmp_path / "node0")
+    loss_steps = steps_with(rows, "train_loss")
+    assert loss_steps == [3, 7, 11, 15, 19, 23]
+    [rank0], [rank1] = calls(tmp_path / "node0", 0), calls(tmp_path / "node1", 1)
+    assert rank0 == rank1 == [-1, *loss_steps]
+    for node in (0, 1):
+        logged = steps_with(rows, f"system/node{node}/cpu")
+        # ~0.2 s between points, a sample a second: most points have none of this node's.
+        assert logged and set(logged) <= set(loss_steps) and len(logged) < len(loss_steps)
+        assert logged[0] == 3  # the first point has the start-up sample
+
+
+@pytest.fixture
+def pids_cgroup() -> Iterator[str]:
+    """A new pids cgroup (v1) to cap a rank's tasks in; skipped where none can be made."""
+    path = Path("/sys/fs/cgroup/pids") / f"sysmetrics-test-{os.getpid()}"
+    try:
+        path.mkdir()
+    except OSError as exc:
+        pytest.skip(f"needs a writable pids cgroup v1 (root) for a real pids.max: {exc}")
+    try:
+        yield str(path)
+    finally:
+        for _ in range(50):  # empty once the rank has exited
+            try:
+                path.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+@pytest.mark.parametrize("limit", ["pids.max", "patched Thread.start"])
+def test_a_rank_whose_monitor_cannot_start_leaves_the_job_running(
+    tmp_path: Path, request: pytest.FixtureRequest, limit: str
+) -> None:
+    """Regression (issue 23): ``RuntimeError: can't start new thread`` escaped
+    on_train_start and killed the rank, and the other failed with it. Node 1 cannot start
+    a thread (a real ``pids.max`` limit on its tasks where the machine allows one; else
+    the error injected into ``threading.Thread.start``): the job finishes, node 1 warns
+    once and sends nothing, yet joins every gather, and node 0's numbers are logged at
+    every loss step."""
+    pytest.importorskip("lightning")
+    if limit == "pids.max":
+        fault = {"JOB_PIDS_CGROUP": request.getfixturevalue("pids_cgroup")}
+    else:
+        fault = {"JOB_NO_THREADS": "1"}
+    outputs = two_nodes(tmp_path, {"interval": 0.05}, env={1: fault})
+    assert warnings_in(outputs[1]) == [
+        "sysmetrics: the system monitor could not start, training goes on without system "
+        "metrics from this process: RuntimeError: can't start new thread"
+    ], outputs[1][-3000:]
+    assert not warnings_in(outputs[0]), outputs[0][-3000:]
+    rows = csv_rows(tmp_path / "node0")
+    loss_steps = steps_with(rows, "train_loss")
+    assert loss_steps == [3, 7, 11, 15, 19, 23]
+    assert steps_with(rows, "system/node0/cpu") == loss_steps
+    assert not steps_with(rows, "system/node1/cpu")
+    [rank0], [rank1] = calls(tmp_path / "node0", 0), calls(tmp_path / "node1", 1)
+    assert rank0 == rank1 == [-1, *loss_steps]
+
+
+def hidden_by_a_mount(directory: Path) -> list[str] | None:
+    """A command prefix that runs its command with an empty tmpfs over ``directory`` (a new
+    mount namespace: what that node sees), or None where the machine cannot (not root)."""
+    probe = ["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {directory} && exec true"]
+    try:
+        if subprocess.run(probe, capture_output=True, timeout=30).returncode != 0:
+            return None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return ["unshare", "-m", "sh", "-c", f'mount -t tmpfs none {directory} && exec "$@"', "sh"]
+
+
+def test_a_disk_path_on_one_node_only_leaves_the_job_running(tmp_path: Path) -> None:
+    """Regression (issue 23): a disk_paths entry that exists on node 0 only raised
+    ValueError at construction on node 1, and node 0 waited in process-group setup until
+    torch's timeout. Node 1 (its own mount namespace, where the scratch directory is
+    hidden under an empty tmpfs) warns once and leaves the path out; the job finishes and
+    node 0 keeps the path's keys."""
+    pytest.importorskip("lightning")
+    mnt = tmp_path / "mnt"
+    scratch = mnt / "scratch"
+    scratch.mkdir(parents=True)
+    wrap = hidden_by_a_mount(mnt)
+    if wrap is None:
+        pytest.skip("needs root to make a mount namespace (unshare -m) for node 1's view")
+    outputs = two_nodes(tmp_path, {"interval": 0.05, "disk_paths": ["/", str(scratch)]},
+                        wrap={1: wrap})  # fmt: skip
+    (warning,) = warnings_in(outputs[1])
+    assert warning.startswith(f"sysmetrics: disk_paths contains {str(scratch)!r}, which does "
+                              "not exist here; inside a distributed run")  # fmt: skip
+    assert not warnings_in(outputs[0]), outputs[0][-3000:]
+    rows = csv_rows(tmp_path / "node0")
+    loss_steps = steps_with(rows, "train_loss")
+    assert loss_steps == [3, 7, 11, 15, 19, 23]
+    for key in ("node0/cpu", "node1/cpu", "node0/disk./.usagePercent", "node1/disk./.usagePercent",
+                f"node0/disk.{scratch}.usagePercent"):  # fmt: skip
+        assert steps_with(rows, f"system/{key}") == loss_steps, key
+    assert not steps_with(rows, f"system/node1/disk.{scratch}.usagePercent")
+
+
 def test_lightning_run_file_true_writes_one_file_per_node(tmp_path: Path) -> None:
     """Regression: with ``run_file=True`` both nodes appended to one
     ``system_metrics.jsonl`` in the (broadcast) log directory, unmarked, and the report
     mixed them. Each node writes ``system_metrics.node{k}.jsonl``, every sample tagged."""
     pytest.importorskip("lightning")
-    port = str(free_port())
-    script = str(JOBS / "lightning_job.py")
-    run_all([
-        ([sys.executable, script, str(tmp_path / f"node{k}"), "nodes", "run_file"],
-         {"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
-        for k in (0, 1)
-    ])  # fmt: skip
+    two_nodes(tmp_path, {"interval": 0.1, "run_file": True})
     files = sorted(p.name for p in tmp_path.glob("node*/csv/version_0/system_metrics*.jsonl"))
     assert files == ["system_metrics.node0.jsonl", "system_metrics.node1.jsonl"]
     for k in (0, 1):

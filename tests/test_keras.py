@@ -24,6 +24,7 @@ from sysmetrics import SystemMonitor  # noqa: E402
 from sysmetrics.integrations.keras import SystemMetricsCallback  # noqa: E402
 from tests.conftest import ScriptedCollector  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
+from tests.windows import assert_fresh_points, run_file_steps  # noqa: E402
 
 
 def model(fail_at: int | None = None) -> Any:
@@ -75,8 +76,37 @@ def test_batch_level_logging_when_asked(tmp_path: Path) -> None:
                                include="cpu")  # fmt: skip
     history = model().fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[recorder, cb])
     assert len(seen) == 8  # 4 batches x 2 epochs
-    assert ["system/cpu" in logs for logs in seen] == [False, True] * 4
+    # A point every 2nd batch; only the first has a sample (the start-up one): the later
+    # ones have no new sample and get no system keys.
+    assert ["system/cpu" in logs for logs in seen] == [False, True] + [False] * 6
+    # Epoch logs keep the latest values (CSVLogger fixed its columns at the first epoch).
     assert len(history.history["system/cpu"]) == 2
+
+
+def test_no_batch_point_repeats_the_previous_window(tmp_path: Path) -> None:
+    """Regression (issue 22): at interval=1.0 with ~15 ms batches, batch points repeated
+    the previous window. At most one point per sample taken (the run file has every
+    sample), each with a sample of its own; the epoch logs (History, CSVLogger) keep
+    their columns filled."""
+    x, y = data()
+    seen: list[tuple[int, dict[str, Any]]] = []
+    recorder = keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda b, logs: time.sleep(0.015),
+        on_train_batch_end=lambda b, logs: seen.append(
+            (len(seen) + 1, {k: v for k, v in (logs or {}).items() if k.startswith("system/")})
+        ),
+    )
+    log = tmp_path / "log.csv"
+    cb = SystemMetricsCallback(interval=1.0, logging_interval="step", run_file=tmp_path / "r.jsonl")
+    csv_logger = keras.callbacks.CSVLogger(str(log))
+    history = model().fit(x, y, batch_size=4, epochs=8, verbose=0,
+                          callbacks=[recorder, cb, csv_logger])  # fmt: skip
+    assert len(seen) == 128  # 16 batches x 8 epochs
+    points = [(batch, logs) for batch, logs in seen if logs]
+    assert_fresh_points(points, run_file_steps(tmp_path / "r.jsonl"))
+    assert len(history.history["system/cpu"]) == 8
+    with open(log) as f:
+        assert all(r["system/cpu"] not in ("", "NA") for r in csv.DictReader(f))
 
 
 def test_epoch_values_cover_the_whole_epoch_beside_batch_points() -> None:
@@ -198,16 +228,17 @@ def test_progress_bar_looks_as_without_sysmetrics_unless_asked(
 
 
 STEPS_PER_EXECUTION_SCRIPT = """
-import sys
+import sys, time
 import keras, numpy as np
 from sysmetrics.integrations.keras import SystemMetricsCallback
 x = np.random.default_rng(0).normal(size=(int(sys.argv[1]), 8)).astype("float32")
 m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
 m.compile(optimizer="sgd", loss="mse", steps_per_execution=4)
 calls = []
-recorder = keras.callbacks.LambdaCallback(
+recorder = keras.callbacks.LambdaCallback(  # calls of 30 ms: every point has samples
+    on_train_batch_begin=lambda batch, logs: time.sleep(0.03),
     on_train_batch_end=lambda batch, logs: calls.append("system/cpu" in logs))
-cb = SystemMetricsCallback(interval=30.0, logging_interval="step", log_every_n_steps=8,
+cb = SystemMetricsCallback(interval=0.02, logging_interval="step", log_every_n_steps=8,
                            include="cpu")
 m.fit(x, x[:, :1], batch_size=2, epochs=2, verbose=0, callbacks=[recorder, cb])
 print([i for i, has in enumerate(calls) if has])

@@ -22,12 +22,17 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException  # n
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from sysmetrics import SystemMonitor  # noqa: E402
+from sysmetrics import SystemMetricsWarning, SystemMonitor  # noqa: E402
 from sysmetrics.integrations.lightning import SystemMetricsCallback  # noqa: E402
+from tests.windows import assert_fresh_points, run_file_steps  # noqa: E402
 
 
 class TinyModel(pl.LightningModule):
-    def __init__(self, fail_at: int | None = None, sleep: float = 0.0) -> None:
+    """Steps of ``sleep`` seconds (20 ms by default): a logging point every 2 or 3 steps
+    then has samples of its own at the tests' 0.02 s interval (a point with no new sample
+    logs no system keys)."""
+
+    def __init__(self, fail_at: int | None = None, sleep: float = 0.02) -> None:
         super().__init__()
         self.layer = torch.nn.Linear(8, 1)
         self.fail_at = fail_at
@@ -90,7 +95,7 @@ def tb_steps(root: Path, tag: str) -> list[int]:
 
 
 def test_step_metrics_sit_beside_the_loss(tmp_path: Path) -> None:
-    fit(tmp_path, SystemMetricsCallback(interval=0.05), log_every_n_steps=3)
+    fit(tmp_path, SystemMetricsCallback(interval=0.02), log_every_n_steps=3)
     rows = csv_rows(tmp_path)
     loss_steps = steps_with(rows, "train_loss_step")
     assert loss_steps == [2, 5, 8, 11, 14]  # 16 steps, logged every 3
@@ -103,7 +108,7 @@ def test_step_metrics_sit_beside_the_loss(tmp_path: Path) -> None:
 
 
 def test_epoch_metrics_once_per_epoch_at_the_epoch_step(tmp_path: Path) -> None:
-    fit(tmp_path, SystemMetricsCallback(interval=0.05, logging_interval="epoch"), epochs=3)
+    fit(tmp_path, SystemMetricsCallback(interval=0.02, logging_interval="epoch"), epochs=3)
     rows = csv_rows(tmp_path)
     epoch_steps = steps_with(rows, "train_loss_epoch")
     assert epoch_steps == [7, 15, 23]
@@ -113,7 +118,7 @@ def test_epoch_metrics_once_per_epoch_at_the_epoch_step(tmp_path: Path) -> None:
 
 def test_own_cadence_include_exclude_and_prefix(tmp_path: Path) -> None:
     cb = SystemMetricsCallback(
-        interval=0.05, log_every_n_steps=4, prefix="sys/", include=["cpu*", "proc.*"],
+        interval=0.02, log_every_n_steps=4, prefix="sys/", include=["cpu*", "proc.*"],
         exclude="*.max",
     )  # fmt: skip
     fit(tmp_path, cb, log_every_n_steps=50)
@@ -124,16 +129,35 @@ def test_own_cadence_include_exclude_and_prefix(tmp_path: Path) -> None:
     assert not any(k.endswith(".max") or k.startswith("sys/disk") for k in keys)
 
 
-def test_fast_steps_still_log_values_every_time(tmp_path: Path) -> None:
-    """Steps far shorter than the interval: each logging step still gets every key."""
+def test_fast_steps_log_no_stale_point(tmp_path: Path) -> None:
+    """Steps far shorter than the interval: only the first point (the start-up sample) has
+    system keys; the others have no new sample and log none (a gap, not a repeat)."""
     fit(tmp_path, SystemMetricsCallback(interval=30.0), log_every_n_steps=1)
     rows = csv_rows(tmp_path)
-    assert steps_with(rows, "system/cpu") == list(range(16))
-    assert steps_with(rows, "system/memory") == list(range(16))
+    assert steps_with(rows, "train_loss_step") == list(range(16))
+    assert steps_with(rows, "system/cpu") == [0]
+    assert steps_with(rows, "system/memory") == [0]
+
+
+def test_no_point_repeats_the_previous_window(tmp_path: Path) -> None:
+    """Regression (issue 22): at interval=1.0 with ~15 ms steps, 125 of 150 points were the
+    previous window again. Read back from the CSV and TensorBoard files: at most one point
+    per sample taken (the run file has every sample), each with a sample of its own."""
+    cb = SystemMetricsCallback(interval=1.0, run_file=True)
+    trainer_kw = {"log_every_n_steps": 5, "max_steps": 150}
+    model = TinyModel(sleep=0.015)
+    fit(tmp_path, cb, epochs=100, model=model, **trainer_kw)
+    rows = csv_rows(tmp_path)
+    assert len(steps_with(rows, "train_loss_step")) == 30  # 150 steps, logged every 5
+    points = [(int(r["step"]), {k: v for k, v in r.items() if k.startswith("system/")})
+              for r in rows if r.get("system/cpu")]  # fmt: skip
+    samples = run_file_steps(tmp_path / "csv/version_0/system_metrics.jsonl")
+    assert_fresh_points(points, samples)
+    assert tb_steps(tmp_path, "system/cpu") == [step for step, _ in points]
 
 
 def test_failing_training_step_leaves_no_sampler_thread(tmp_path: Path) -> None:
-    cb = SystemMetricsCallback(interval=0.05)
+    cb = SystemMetricsCallback(interval=0.02)
     with pytest.raises(RuntimeError, match="boom"):
         fit(tmp_path, cb, model=TinyModel(fail_at=3))
     assert cb.core.monitor is None
@@ -217,7 +241,7 @@ def test_run_file_says_whether_training_finished_or_failed(tmp_path: Path) -> No
 
 
 def test_a_shared_monitor_is_read_not_stopped(tmp_path: Path) -> None:
-    monitor = SystemMonitor(interval=0.05)
+    monitor = SystemMonitor(interval=0.02)
     try:
         cb = SystemMetricsCallback(monitor=monitor, log_every_n_steps=4)
         fit(tmp_path, cb)
@@ -249,7 +273,7 @@ def test_a_callback_and_an_exporter_share_one_sampler(tmp_path: Path) -> None:
     pytest.importorskip("prometheus_client", reason="needs the [prometheus] extra")
     from sysmetrics.sinks import PrometheusExporter
 
-    with SystemMonitor(interval=0.05) as monitor, PrometheusExporter(monitor, port=0) as ex:
+    with SystemMonitor(interval=0.02) as monitor, PrometheusExporter(monitor, port=0) as ex:
         scrapes = Scrapes(ex.url)
         fit(tmp_path, SystemMetricsCallback(monitor=monitor, log_every_n_steps=4),
             callbacks=[scrapes])  # fmt: skip
@@ -272,7 +296,7 @@ class RecordingCallback(SystemMetricsCallback):
 
 
 def test_ddp_one_sampler_per_node_and_one_point_per_step(tmp_path: Path) -> None:
-    cb = RecordingCallback(str(tmp_path), interval=0.05)
+    cb = RecordingCallback(str(tmp_path), interval=0.02)
     fit(tmp_path, cb, epochs=1, log_every_n_steps=2, strategy="ddp_spawn", devices=2,
         model=TinyModel())  # fmt: skip
     assert (tmp_path / "rank0").read_text() == "sampled"
@@ -308,7 +332,7 @@ class StopCallback(pl.Callback):
 def test_the_stopping_step_has_a_system_point(tmp_path: Path, how: str) -> None:
     """Regression: the trainer logs the step at which training stops (should_stop), and
     the system metrics were missing there."""
-    cb = SystemMetricsCallback(interval=0.05)
+    cb = SystemMetricsCallback(interval=0.02)
     kw: dict[str, Any] = {"log_every_n_steps": 3}
     if how == "module":
         kw["model"] = StopsAt(4)
@@ -340,7 +364,7 @@ def test_progress_bar_shows_system_metrics_only_when_asked(
 ) -> None:  # fmt: skip
     tqdm = pytest.importorskip("tqdm")
     monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)  # no tqdm thread left behind
-    cb = SystemMetricsCallback(interval=0.05, include="cpu", console=console)
+    cb = SystemMetricsCallback(interval=0.02, include="cpu", console=console)
     trainer = pl.Trainer(
         max_epochs=1, logger=CSVLogger(tmp_path, name="csv"), callbacks=[cb],
         enable_checkpointing=False, enable_model_summary=False, accelerator="cpu", devices=1,
@@ -354,3 +378,37 @@ def test_progress_bar_shows_system_metrics_only_when_asked(
     assert steps_with(csv_rows(tmp_path), "system/cpu") == [1, 3, 5, 7]
     bar = trainer.progress_bar_callback
     assert bar is not None and "get_metrics" not in vars(bar)  # unwrapped at the end
+
+
+def no_sysmetrics_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fault injection: every thread sysmetrics starts fails as under a ``pids.max`` or
+    ``ulimit -u`` limit (``RuntimeError: can't start new thread``, what CPython raises
+    when ``pthread_create`` fails); the framework's own threads are left alone."""
+    start = threading.Thread.start
+
+    def failing_start(self: threading.Thread) -> None:
+        if self.name.startswith("sysmetrics"):
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", failing_start)
+
+
+def test_a_monitor_that_cannot_start_does_not_stop_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (issue 23): the RuntimeError escaped on_train_start and ended the fit
+    (in DDP, the rank and the job). Training goes on as without the callback: one
+    warning, no system metrics, every loss step logged."""
+    no_sysmetrics_threads(monkeypatch)
+    cb = SystemMetricsCallback(interval=0.02, run_file=True)
+    with pytest.warns(SystemMetricsWarning) as caught:
+        fit(tmp_path, cb, log_every_n_steps=3)
+    texts = [str(w.message) for w in caught if w.category is SystemMetricsWarning]
+    assert len(texts) == 1 and "can't start new thread" in texts[0], texts
+    assert "training goes on without system metrics" in texts[0]
+    rows = csv_rows(tmp_path)
+    assert steps_with(rows, "train_loss_step") == [2, 5, 8, 11, 14]
+    assert not any(k.startswith("system/") and v for r in rows for k, v in r.items())
+    assert cb.core.monitor is None and cb.core.reader is None
+    assert not [t for t in threading.enumerate() if t.name.startswith("sysmetrics")]

@@ -40,6 +40,24 @@ def test_two_readers_at_different_cadences_get_exact_windows() -> None:
         m.stop()
 
 
+def test_without_repeat_no_new_sample_is_an_empty_window() -> None:
+    """What the callbacks read (``repeat=False``): with no sample since the previous call
+    the window is empty, not the previous values again."""
+    c = ScriptedCollector({"gauge": 0.0, "peak": 0.0})
+    m = SystemMonitor(interval=0.01, collectors=[c]).start()
+    try:
+        r = m.reader()
+        fed(c, 3, {"gauge": 1.0, "peak": 4.0}, {"gauge": 3.0, "peak": 2.0})
+        assert r.snapshot(repeat=False) == {"gauge": 2.0, "peak": 3.0, "peak.max": 4.0}
+        assert r.snapshot(repeat=False) == {}  # no sample since
+        assert r.snapshot() == {"gauge": 3.0, "peak": 2.0, "peak.max": 2.0}  # the default
+        fed(c, 4, {"gauge": 5.0, "peak": 1.0})
+        assert r.snapshot(repeat=False) == {"gauge": 5.0, "peak": 1.0, "peak.max": 1.0}
+    finally:
+        c.release()
+        m.stop()
+
+
 def test_latest_returns_the_last_sample_without_consuming_a_window() -> None:
     c = ScriptedCollector({"gauge": 1.0, "peak": 1.0})
     m = SystemMonitor(interval=0.01, collectors=[c])

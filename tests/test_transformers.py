@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from transformers import (  # noqa: E402
 
 from sysmetrics.integrations.transformers import SystemMetricsCallback  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
+from tests.windows import assert_fresh_points, run_file_steps  # noqa: E402
 
 # transformers 4.41 renamed evaluation_strategy to eval_strategy (the old name went in 4.51).
 EVAL_STRATEGY = (
@@ -48,9 +50,20 @@ class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
+class Sleeps(TrainerCallback):  # type: ignore[misc]
+    """Steps at least ``seconds`` long, so logging points have samples of their own at the
+    tests' 0.02 s interval (a point with no new sample logs no system keys)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_step_end(self, *args: Any, **kw: Any) -> None:
+        time.sleep(self.seconds)
+
+
 def train(
     tmp_path: Path, callback: SystemMetricsCallback, trainer_class: type[Trainer] = Trainer,
-    extra_callbacks: tuple[Any, ...] = (), **args: Any,
+    extra_callbacks: tuple[Any, ...] = (), step_sleep: float = 0.02, **args: Any,
 ) -> Trainer:  # fmt: skip
     config = GPT2Config(
         vocab_size=64,
@@ -70,7 +83,8 @@ def train(
     defaults.update(args)
     trainer = trainer_class(
         model=GPT2LMHeadModel(config), args=TrainingArguments(**defaults),
-        train_dataset=Tokens(), eval_dataset=Tokens(8), callbacks=[callback, *extra_callbacks],
+        train_dataset=Tokens(), eval_dataset=Tokens(8),
+        callbacks=[callback, Sleeps(step_sleep), *extra_callbacks],
     )  # fmt: skip
     trainer.train()
     return trainer
@@ -91,7 +105,7 @@ def history_steps(trainer: Trainer, key: str) -> list[int]:
 
 
 def test_step_metrics_reach_tensorboard_and_log_history(tmp_path: Path) -> None:
-    trainer = train(tmp_path, SystemMetricsCallback(interval=0.05), eval_steps=6,
+    trainer = train(tmp_path, SystemMetricsCallback(interval=0.02), eval_steps=6,
                     **{EVAL_STRATEGY: "steps"})  # fmt: skip
     loss_steps = history_steps(trainer, "loss")
     assert loss_steps == [3, 6, 9, 12, 15]  # 16 steps, logging_steps=3
@@ -124,7 +138,7 @@ def test_run_file_in_the_logging_dir_on_the_logged_step_axis(tmp_path: Path) -> 
 
 
 def test_epoch_strategy(tmp_path: Path) -> None:
-    trainer = train(tmp_path, SystemMetricsCallback(interval=0.05), logging_strategy="epoch",
+    trainer = train(tmp_path, SystemMetricsCallback(interval=0.02), logging_strategy="epoch",
                     num_train_epochs=3)  # fmt: skip
     assert history_steps(trainer, "loss") == [8, 16, 24]
     assert history_steps(trainer, "system/cpu") == [8, 16, 24]
@@ -132,21 +146,37 @@ def test_epoch_strategy(tmp_path: Path) -> None:
 
 
 def test_epoch_granularity_with_step_logging(tmp_path: Path) -> None:
-    cb = SystemMetricsCallback(interval=0.05, logging_interval="epoch")
+    cb = SystemMetricsCallback(interval=0.02, logging_interval="epoch")
     trainer = train(tmp_path, cb, logging_steps=5)
     assert history_steps(trainer, "loss") == [5, 8, 10, 15, 16]  # the callback asks for 8, 16
     assert history_steps(trainer, "system/cpu") == [8, 16]
 
 
 def test_own_cadence_and_fast_steps(tmp_path: Path) -> None:
-    """log_every_n_steps=2 with a 30 s interval: every 2nd step logs, each with values."""
+    """log_every_n_steps=2 with a 30 s interval: every 2nd step logs the loss; only the
+    first point has a sample (the start-up one), the others log no system keys."""
     cb = SystemMetricsCallback(interval=30.0, log_every_n_steps=2, include=["cpu", "memory"])
     trainer = train(tmp_path, cb, logging_steps=100)
-    assert history_steps(trainer, "system/cpu") == list(range(2, 17, 2))
-    assert history_steps(trainer, "system/memory") == list(range(2, 17, 2))
+    assert history_steps(trainer, "loss") == list(range(2, 17, 2))
+    assert history_steps(trainer, "system/cpu") == [2]
+    assert history_steps(trainer, "system/memory") == [2]
     keys = {k for h in trainer.state.log_history for k in h if k.startswith("system/")}
     assert keys == {"system/cpu", "system/memory"}
     assert cb.core.monitor is None  # stopped at the end of training
+
+
+def test_no_point_repeats_the_previous_window(tmp_path: Path) -> None:
+    """Regression (issue 22): at interval=1.0 with ~15 ms steps, 11 of 40 points were the
+    previous window again. Read back from TensorBoard and log_history: at most one point
+    per sample taken (the run file has every sample), each with a sample of its own."""
+    cb = SystemMetricsCallback(interval=1.0, run_file=True)
+    trainer = train(tmp_path, cb, step_sleep=0.015, logging_steps=4, max_steps=120)
+    assert history_steps(trainer, "loss") == list(range(4, 121, 4))
+    points = [(h["step"], {k: v for k, v in h.items() if k.startswith("system/")})
+              for h in trainer.state.log_history if "system/cpu" in h]  # fmt: skip
+    (path,) = tmp_path.glob("out/**/system_metrics.jsonl")
+    assert_fresh_points(points, run_file_steps(path))
+    assert tb_scalars(tmp_path)["train/system/cpu"] == [step for step, _ in points]
 
 
 @pytest.mark.parametrize(
@@ -161,7 +191,7 @@ def test_epoch_granularity_with_max_steps_inside_the_first_epoch(
     tmp_path: Path, args: dict[str, Any], loss_steps: list[int]
 ) -> None:
     """Regression: max_steps shorter than an epoch logged no system point at all."""
-    cb = SystemMetricsCallback(interval=0.05, logging_interval="epoch")
+    cb = SystemMetricsCallback(interval=0.02, logging_interval="epoch")
     trainer = train(tmp_path, cb, max_steps=5, **args)  # 8 steps an epoch
     assert history_steps(trainer, "loss") == loss_steps
     assert history_steps(trainer, "system/cpu") == [5]
@@ -179,7 +209,7 @@ class LogsEveryStep(Trainer):  # type: ignore[misc]
 
 def test_points_follow_the_loss_cadence_whatever_else_is_logged(tmp_path: Path) -> None:
     """Regression: a Trainer subclass logging at every step got system points every step."""
-    trainer = train(tmp_path, SystemMetricsCallback(interval=0.05), trainer_class=LogsEveryStep)
+    trainer = train(tmp_path, SystemMetricsCallback(interval=0.02), trainer_class=LogsEveryStep)
     assert len(history_steps(trainer, "custom")) == 16
     loss_steps = history_steps(trainer, "loss")
     assert loss_steps == [3, 6, 9, 12, 15]
@@ -195,7 +225,7 @@ def test_console_looks_as_without_sysmetrics_unless_asked(
 ) -> None:  # fmt: skip
     """Regression: the Trainer's printer printed every system key on every log line."""
     monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)  # no tqdm thread left behind
-    cb = SystemMetricsCallback(interval=0.05, console=console)
+    cb = SystemMetricsCallback(interval=0.02, console=console)
     trainer = train(tmp_path, cb, disable_tqdm=disable_tqdm)
     captured = capfd.readouterr()
     text = captured.out + captured.err
@@ -215,7 +245,7 @@ def test_exception_out_of_train_stops_the_sampler_while_the_traceback_lives(
     tmp_path: Path,
 ) -> None:
     """Regression: after train() raised, the sampler ran until the interpreter exited."""
-    cb = SystemMetricsCallback(interval=0.05)
+    cb = SystemMetricsCallback(interval=0.02)
     kept: list[BaseException] = []
     try:
         train(tmp_path, cb, extra_callbacks=(FailsAtStep(),), report_to=[])
@@ -252,7 +282,7 @@ def test_epoch_granularity_when_training_stops_inside_an_epoch(
 ) -> None:
     """Regression: stopped mid-epoch at a step the Trainer logged anyway, the partial
     epoch got no point (the Trainer does not log a step twice)."""
-    cb = SystemMetricsCallback(interval=0.05, logging_interval="epoch")
+    cb = SystemMetricsCallback(interval=0.02, logging_interval="epoch")
     trainer = train(
         tmp_path, cb, extra_callbacks=(StopsAt(6, when),), logging_steps=logging_steps,
         **{EVAL_STRATEGY: "steps"}, eval_steps=3,

@@ -46,3 +46,17 @@ def write_calls(out: str, rank: int) -> None:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"calls{rank}.json"), "w") as f:
         json.dump(CALLS, f)
+
+
+def limit_tasks(cgroup: str) -> None:
+    """Move this process into the pids cgroup ``cgroup`` and cap it at its tasks now.
+
+    From then on ``pthread_create`` and ``fork`` fail with EAGAIN (a real ``pids.max``
+    limit, as a container's): a new thread is ``RuntimeError: can't start new thread``.
+    """
+    with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+    with open(os.path.join(cgroup, "pids.current")) as f:
+        current = f.read().strip()
+    with open(os.path.join(cgroup, "pids.max"), "w") as f:
+        f.write(current)

@@ -1,6 +1,11 @@
 """A Lightning DDP run (gloo, CPU) for tests/test_distributed.py.
 
-Usage: ``python lightning_job.py OUT MODE [run_file]``. MODE ``nodes``: one rank per node,
+Usage: ``python lightning_job.py OUT MODE [OPTIONS]``; OPTIONS: the callback's options as
+JSON (default ``{"interval": 0.05}``). With ``JOB_PIDS_CGROUP=DIR`` (a pids cgroup v1 directory) in
+its environment, a rank caps its tasks there at setup (a real ``pids.max`` limit: no new
+thread or process from then on); with ``JOB_NO_THREADS=1``, no sysmetrics thread can
+start (``RuntimeError: can't start new thread``, injected by patching
+``threading.Thread.start``). MODE ``nodes``: one rank per node,
 ``num_nodes=2`` (the launcher sets ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); node
 1 keeps a busy child process, so its numbers differ from node 0's. MODE ``spawn``: one
 node, two ranks under ``ddp_spawn``, each training step spinning a CPU. Rank 0 writes a
@@ -10,8 +15,10 @@ With ``run_file`` the callback also writes ``run_file=True`` (in rank 0's log di
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import threading
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -49,8 +56,15 @@ class Marks(pl.Callback):
         self.out, self.busy = out, busy
         self.child: Any = None
 
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        cgroup = os.environ.get("JOB_PIDS_CGROUP")
+        if cgroup:  # the busy child first: no process can start under the limit
+            if self.busy and trainer.node_rank == 1:
+                self.child = common.busy_child()
+            common.limit_tasks(cgroup)
+
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.busy and trainer.node_rank == 1:
+        if self.busy and trainer.node_rank == 1 and self.child is None:
             self.child = common.busy_child()
 
     def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
@@ -63,10 +77,24 @@ class Marks(pl.Callback):
         common.write_calls(self.out, trainer.global_rank)
 
 
+def no_sysmetrics_threads() -> None:
+    """Every thread sysmetrics starts fails as ``pthread_create`` does at a process limit."""
+    start = threading.Thread.start
+
+    def failing_start(self: threading.Thread) -> None:
+        if self.name.startswith("sysmetrics"):
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    threading.Thread.start = failing_start  # type: ignore[method-assign]
+
+
 def main() -> None:
     out, mode = sys.argv[1], sys.argv[2]
+    options = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {"interval": 0.05}
+    if os.environ.get("JOB_NO_THREADS") == "1":
+        no_sysmetrics_threads()
     nodes = mode == "nodes"
-    run_file = sys.argv[3:] == ["run_file"]
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(192, 8, generator=g), torch.randn(192, 1, generator=g))
     trainer = pl.Trainer(
@@ -74,10 +102,7 @@ def main() -> None:
         num_nodes=2 if nodes else 1, devices=1 if nodes else 2,
         strategy="ddp" if nodes else "ddp_spawn",
         logger=CSVLogger(out, name="csv"),
-        callbacks=[
-            SystemMetricsCallback(interval=0.1, run_file=run_file or None),
-            Marks(out, busy=nodes),
-        ],
+        callbacks=[SystemMetricsCallback(**options), Marks(out, busy=nodes)],
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
     trainer.fit(Spinning(0.03 if nodes else 0.1), DataLoader(data, batch_size=4))

@@ -75,7 +75,7 @@ def main() -> None:
     )  # fmt: skip
     trainer = Trainer(
         model=GPT2LMHeadModel(config), args=args, train_dataset=Tokens(192),
-        callbacks=[SystemMetricsCallback(interval=0.1), Marks(0.03 if nodes else 0.1, nodes)],
+        callbacks=[SystemMetricsCallback(interval=0.05), Marks(0.03 if nodes else 0.1, nodes)],
     )  # fmt: skip
     trainer.train()
     rank = int(os.environ["RANK"])
