@@ -238,10 +238,14 @@ class SystemMonitor:
                 target=self._watch, name="sysmetrics-watchdog", daemon=True
             )
             self._watchdog.start()
-        except BaseException:
+        except BaseException:  # "can't start new thread" (pids.max, ulimit -u)
             self._stop_event.set()
             self._state = "stopped"
             _live.discard(self)
+            if self._thread is None or self._thread.ident is None:
+                # No sampling thread runs to close the collectors on its way out.
+                for c in self._collectors:
+                    self._close(c)
             raise
         self._first.wait(START_WAIT)
         return self

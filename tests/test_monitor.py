@@ -249,6 +249,31 @@ def test_stop_is_idempotent_and_quick() -> None:
         m.start()
 
 
+@pytest.mark.parametrize("failing", ["sysmetrics-monitor", "sysmetrics-watchdog"])
+def test_a_start_that_cannot_start_a_thread_frees_the_collectors(
+    monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """Regression: ``RuntimeError: can't start new thread`` (pids.max, ulimit -u) in
+    ``start()`` left the monitor stopped with its collectors open (NVML handles...), and
+    ``stop()`` of a stopped monitor closes nothing. Whichever thread fails, the collectors
+    are closed: by ``start()`` where no sampling thread runs, else by that thread."""
+    start = threading.Thread.start
+
+    def failing_start(self: threading.Thread) -> None:
+        if self.name == failing:
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", failing_start)
+    c = ClockedCollector(FakeClock(0), 0.0)  # its clock only stamps the samples
+    m = SystemMonitor(interval=0.05, collectors=[c])
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        m.start()
+    wait_for(lambda: c.closed)
+    m.stop()
+    assert not m.running
+
+
 def test_start_is_idempotent_while_running() -> None:
     c = TimestampCollector()
     with SystemMonitor(interval=3600, collectors=[c]) as m:
