@@ -37,7 +37,7 @@ def live_line(
     """One line for a sample: the parts whose keys are present, rates since ``previous``.
 
     ``values`` and ``previous`` are two samples ``seconds`` apart; ``step`` is the training
-    step (None where not marked). Example: ``step 120 | cpu 97% | rss 1.2 GiB | gpu0 88%
+    step (None where not marked). Example: ``step 120 | cpu 97% | pss 1.2 GiB | gpu0 88%
     31.2 GiB 245 W | disk r 12.0 w 3.1 MiB/s | net in 1.0 out 0.2 MiB/s``.
     """
     parts = []
@@ -45,8 +45,8 @@ def live_line(
         parts.append(f"step {step}")
     if "cpu" in values:
         parts.append(f"cpu {values['cpu']:.0f}%")
-    if "proc.memory.rssMB" in values:
-        parts.append(f"rss {values['proc.memory.rssMB'] / 1024:.1f} GiB")
+    if "proc.memory.pssMB" in values:  # the job's memory, shared pages counted once
+        parts.append(f"pss {values['proc.memory.pssMB'] / 1024:.1f} GiB")
     gpus = sorted(int(m.group(1)) for k in values if (m := _GPU.fullmatch(k)))
     for i in gpus:
         gpu = [f"gpu{i} {values[f'gpu.{i}.gpu']:.0f}%"]

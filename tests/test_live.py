@@ -17,7 +17,7 @@ def test_live_line_with_rates() -> None:
     before = {"disk.in": 100.0, "disk.out": 10.0, "network.recv": 0.0, "network.sent": 0.0}
     now = {
         "cpu": 97.4,
-        "proc.memory.rssMB": 1228.8,
+        "proc.memory.pssMB": 1228.8,
         "gpu.0.gpu": 88.0,
         "gpu.0.memoryAllocatedBytes": 31.2 * 2**30,
         "gpu.0.powerWatts": 245.0,
@@ -28,9 +28,18 @@ def test_live_line_with_rates() -> None:
         "network.sent": 0.4 * 2**20,
     }
     assert live_line(now, before, 2.0, 120) == (
-        "step 120 | cpu 97% | rss 1.2 GiB | gpu0 88% 31.2 GiB 245 W | gpu1 3% | "
+        "step 120 | cpu 97% | pss 1.2 GiB | gpu0 88% 31.2 GiB 245 W | gpu1 3% | "
         "disk r 12.0 w 3.1 MiB/s | net in 1.0 out 0.2 MiB/s"
     )
+
+
+def test_live_line_shows_the_jobs_memory_counted_once() -> None:
+    """Regression (issue 22): the line showed the RSS summed over the job (8 forked workers
+    sharing a 2.5 GiB dataset: 22.5 GiB) as its memory; it shows the PSS, where the sample
+    has a PSS reading, and no memory where it has none (not an older reading again)."""
+    shared = {"proc.memory.rssMB": 23_000.0, "proc.memory.pssMB": 2_600.0}
+    assert live_line(shared, {}, 1.0, None) == "pss 2.5 GiB"
+    assert live_line({"cpu": 5.0, "proc.memory.rssMB": 23_000.0}, {}, 1.0, None) == "cpu 5%"
 
 
 def test_live_line_leaves_out_what_it_cannot_know() -> None:
@@ -57,7 +66,7 @@ def test_a_failing_live_view_stops_with_one_line() -> None:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_record_live_prints_a_line_per_interval() -> None:
-    sleep = [sys.executable, "-c", "import time; time.sleep(1.2)"]
+    sleep = [sys.executable, "-c", "import time; time.sleep(2.5)"]
     cmd = [sys.executable, "-m", "sysmetrics", "record", "--live", "--interval", "0.2",
            "--output", "/dev/null", "--", *sleep]  # fmt: skip
     start = time.monotonic()
@@ -66,4 +75,5 @@ def test_record_live_prints_a_line_per_interval() -> None:
     lines = [x for x in done.stderr.splitlines() if x.startswith("sysmetrics: cpu ")]
     assert len(lines) >= 3, done.stderr
     assert len(lines) <= (time.monotonic() - start) / 0.2 + 1
-    assert "rss" in lines[-1] and "disk r" in lines[-1]
+    assert "disk r" in lines[-1]
+    assert any("pss" in x for x in lines)  # on the lines whose sample has a PSS reading
