@@ -61,14 +61,17 @@ def main() -> None:
         every = list(csv.DictReader(f))
     logged = [r for r in every if r.get("train_loss")]  # the trainer's logging steps
     rows = [r for r in every if r.get("system/cpu")]
-    shown = ["system/cpu", "system/proc.memory.rssMB", "system/proc.cpu.threads", "system/memory"]
+    # pssMB: the job's memory with pages shared by the workers counted once (the summed
+    # rssMB counts them once per worker); a point without a PSS reading leaves it blank.
+    shown = ["system/cpu", "system/proc.memory.pssMB", "system/proc.cpu.threads", "system/memory"]
     print(f"\nCSV: {csv_path}\nTensorBoard: {trainer.loggers[1].log_dir}")
     print(f"{'step':>6}" + "".join(f"{k:>28}" for k in shown))
     for r in rows:
-        print(f"{r['step']:>6}" + "".join(f"{float(r[k] or 'nan'):>28.1f}" for k in shown))
+        cells = (f"{float(r[k]):>28.1f}" if r.get(k) else f"{'':>28}" for k in shown)
+        print(f"{r['step']:>6}" + "".join(cells))
     keys = max(sum(bool(v) and k.startswith("system/") for k, v in r.items()) for r in rows)
     print(f"{len(rows)} of {len(logged)} logging steps have system metrics, up to {keys} keys "
-          "(DataLoader workers included in cpu and rssMB); the others had no new sample "
+          "(DataLoader workers included in cpu and pssMB); the others had no new sample "
           "since the previous one")  # fmt: skip
 
 
