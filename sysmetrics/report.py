@@ -310,6 +310,20 @@ def _bins(
     )
 
 
+def point_marker(values: np.ndarray[Any, Any], drawn: np.ndarray[Any, Any]) -> str | None:
+    """``"o"`` where a series' points are to be marked, else None.
+
+    Marked: fewer than 3 points drawn, or a key measured in under half the samples
+    (``proc.memory.pssMB``: a reading every few seconds), whose lines join readings
+    seconds apart; the dots show which values were measured.
+    """
+    import numpy as np
+
+    measured = int((~np.isnan(values)).sum())
+    few = int((~np.isnan(drawn)).sum()) < 3
+    return "o" if few or measured < 0.5 * len(values) else None
+
+
 def _drawn(ax: Axis, y: np.ndarray[Any, Any]) -> tuple[Any, Any, Any, Any]:
     """:func:`_bins` of each recording, joined by NaN so that no line crosses a gap."""
     import numpy as np
@@ -355,19 +369,17 @@ def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") 
 def _figure_png(
     figure_class: Any, group: str, members: Sequence[Series], ax: Axis, name: str
 ) -> bytes:
-    import numpy as np
-
     panels = _panels(members)
     fig = figure_class(figsize=(10, 0.6 + 2.0 * len(panels)), layout="constrained", dpi=100)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     for (unit, drawn), panel in zip(panels, axes):
         for s in drawn[:MAX_SERIES]:
             x, mean, low, high = _drawn(ax, s.values)
-            few = int((~np.isnan(mean)).sum()) < 3  # a lone point is drawn as a dot
+            marker = point_marker(s.values, mean)
             label = _cut(_short(s.label, group), MAX_LABEL_CHARS)
             if not label or label.startswith("_"):  # matplotlib leaves those out of legends
                 label = repr(label)
-            (line,) = panel.plot(x, mean, linewidth=1.2, label=label, marker="o" if few else None)
+            (line,) = panel.plot(x, mean, linewidth=1.2, label=label, marker=marker, markersize=3)
             if low is not mean:
                 panel.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         panel.set_ylabel(unit or "value")

@@ -468,3 +468,17 @@ def test_the_jobs_memory_is_drawn_as_its_pss(
         assert drawn["Memory"] == ["memory", "proc.memory.pssMB"]
     else:
         assert drawn["Memory"] == ["memory", RSS]
+
+
+def test_a_key_measured_in_few_samples_has_its_points_marked() -> None:
+    """A key measured in under half the samples (PSS: a reading every few seconds) was
+    drawn as a line through readings seconds apart, a ramp nobody measured; its points
+    are marked. A key in every sample is a plain line."""
+    import numpy as np
+
+    nan = float("nan")
+    sparse = np.array([1.0, nan, nan, nan, 5.0, nan, nan, nan, 9.0, nan])
+    dense = np.arange(10.0)
+    assert report.point_marker(sparse, sparse[~np.isnan(sparse)]) == "o"
+    assert report.point_marker(dense, dense) is None
+    assert report.point_marker(dense[:2], dense[:2]) == "o"  # too few to see as a line
