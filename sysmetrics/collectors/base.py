@@ -17,6 +17,10 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
+# Re-exported (their home is sysmetrics.errors) for code that imports them from here.
+from sysmetrics.errors import SystemMetricsWarning as SystemMetricsWarning
+from sysmetrics.errors import quote as quote
+
 Aggregation = Literal["mean", "last", "peak"]
 """How the monitor folds a key's samples between two snapshots.
 
@@ -25,18 +29,6 @@ value. ``peak``: gauges averaged, plus a ``<key>.max`` companion with the window
 """
 
 MiB = 1024 * 1024
-
-
-def quote(text: str, limit: int = 300) -> str:
-    """``text`` cut to ``limit`` characters, with ``...`` where it was cut.
-
-    Outside input quoted in a warning or an error stays short.
-    """
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-class SystemMetricsWarning(RuntimeWarning):
-    """A collector, or one device of it, failed and was disabled; the rest go on."""
 
 
 @runtime_checkable

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Union, cast
 from urllib.parse import urljoin, urlsplit
 
 from sysmetrics import _optional
-from sysmetrics.collectors.base import BackgroundCollector, SystemMetricsWarning, quote
+from sysmetrics.collectors.base import BackgroundCollector
+from sysmetrics.errors import SystemMetricsWarning, quote
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
