@@ -109,6 +109,9 @@ class BackgroundCollector(BaseCollector):
     exception escaping ``_run`` is a collector failure: its values are dropped at once and
     the next ``sample()`` raises it, so the monitor disables the collector with one
     warning.
+
+    A vendor tool is run through ``self._tool`` (a :class:`ToolRunner`), never spawned
+    directly: ``close()`` closes the runner, which kills what runs and starts nothing more.
     """
 
     thread_name = "sysmetrics-background"
