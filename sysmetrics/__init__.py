@@ -10,8 +10,8 @@ from sysmetrics.collectors.base import (
     Aggregation,
     BaseCollector,
     Collector,
-    SystemMetricsWarning,
 )
+from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.steps import step
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from sysmetrics import _watch, distributed
 from sysmetrics._checks import one_or_many, positive_int
-from sysmetrics.collectors.base import SystemMetricsWarning, quote
+from sysmetrics.errors import SystemMetricsWarning, quote
 from sysmetrics.monitor import MONITOR_OPTIONS, SystemMonitor
 from sysmetrics.reader import Reader
 from sysmetrics.sinks.jsonl import JsonlSink

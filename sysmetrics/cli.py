@@ -33,7 +33,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from sysmetrics import report, runfile, steps
-from sysmetrics.collectors.base import SystemMetricsWarning
+from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.live import LiveView
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.sinks.jsonl import JsonlSink

@@ -18,9 +18,10 @@ from types import TracebackType
 from typing_extensions import Unpack
 
 from sysmetrics._checks import positive_int
-from sysmetrics.collectors.base import Collector, SystemMetricsWarning, quote
+from sysmetrics.collectors.base import Collector
 from sysmetrics.collectors.defaults import OPTIONS, CollectorOptions, check_options, host_collectors
 from sysmetrics.descriptions import clamp_percent
+from sysmetrics.errors import SystemMetricsWarning, quote
 from sysmetrics.host import Job
 from sysmetrics.reader import Reader, Sample, _Series
 

@@ -21,7 +21,7 @@ import os
 import stat
 import warnings
 
-from sysmetrics.collectors.base import SystemMetricsWarning
+from sysmetrics.errors import SystemMetricsWarning
 
 ENV = "SYSMETRICS_STEP_FILE"
 MAGIC = b"sysmetrics step file 1\n"  # the first bytes of every step file

@@ -491,7 +491,7 @@ def test_redirects_only_to_http_and_at_most_three(servers: Callable[[], LocalSer
             msgs = caught_messages(caught)
             assert len(msgs) == 1 and why in msgs[0].rsplit(":", 1)[-1], msgs
             assert latest(c) == {}
-            c._failing.clear()  # so that the next failure warns again
+            c._endpoints["e"].retry_at = None  # so that the next failure warns again
         with pytest.raises(OSError):  # the ftp:// target was never contacted
             ftp.accept()
     c.close()
@@ -593,7 +593,7 @@ def test_gzip_bomb_and_unparseable_pages_fail_the_scrape(
         msgs = caught_messages(caught)
         assert len(msgs) == 1 and why in msgs[0], msgs
         assert peak < 8 << 20, peak
-        c._failing.clear()
+        c._endpoints["e"].retry_at = None
     c.close()
 
 
@@ -632,5 +632,6 @@ def test_a_failing_endpoint_reports_no_stale_values(
         c.scrape("e", s.url + "/m")
     assert len(caught_messages(caught)) == 1
     assert latest(c) == {"openmetrics.other.h.0": 2.0}  # none of e's, stale or not
-    assert c._failing["e"] > time.monotonic() + 20  # retried after retry_after
+    retry_at = c._endpoints["e"].retry_at
+    assert retry_at is not None and retry_at > time.monotonic() + 20  # retried after retry_after
     c.close()

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from sysmetrics.collectors._values import WATTS, checked, field, gpu_values, number
-from sysmetrics.collectors.base import BackgroundCollector, find_tool, kill_group
+from sysmetrics.collectors.base import BackgroundCollector, ToolRunner, find_tool
 
 log = logging.getLogger("sysmetrics")
 
@@ -280,7 +280,7 @@ class AMDCollector(BackgroundCollector):
             text = collector._output()
             values = collector._parse(text)
             if values and collector.tool == "amd-smi":  # the caps only where there is a GPU
-                collector.limits = _power_caps(found)
+                collector.limits = _power_caps(collector._tool, found)
                 values = collector._parse(text)
             if values:
                 collector._set_latest(values)
@@ -297,7 +297,7 @@ class AMDCollector(BackgroundCollector):
         Raises:
             OSError: the tool cannot be started.
             subprocess.TimeoutExpired: it ran past 10 s (its process group is killed).
-            RuntimeError: it exited non-zero without printing JSON.
+            RuntimeError: it exited non-zero without printing JSON, or printed over 16 MiB.
             ValueError: its output holds no readable JSON.
 
         """
@@ -305,22 +305,9 @@ class AMDCollector(BackgroundCollector):
 
     def _output(self) -> str:
         """The tool's standard output (one run); raises as :meth:`read`, bar ValueError."""
-        with subprocess.Popen(
-            self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            errors="replace", start_new_session=True,  # killed whole on close or timeout
-        ) as proc:  # fmt: skip
-            self._proc = proc
-            try:
-                if self._closed.is_set():  # close() ran before it could see this child
-                    kill_group(proc)
-                stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                kill_group(proc)
-                raise
-            finally:
-                self._proc = None
-        _check_exit(self.command, proc.returncode, stdout, stderr)
-        return stdout
+        result = self._tool.run(self.command, TIMEOUT_S)
+        _check_exit(self.command, *result)
+        return result.stdout
 
     def _parse(self, text: str) -> dict[str, float]:
         if self.tool == "rocm-smi":
@@ -343,19 +330,13 @@ def _check_exit(command: Sequence[str], returncode: int, stdout: str, stderr: st
         raise RuntimeError(f"{' '.join(command)} exited with {returncode}: {stderr[-300:]}")
 
 
-def _run_tool(command: Sequence[str]) -> str:
-    """The tool's standard output; a failure without JSON raises RuntimeError."""
-    proc = subprocess.run(
-        command, capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S, check=False
-    )
-    _check_exit(command, proc.returncode, proc.stdout, proc.stderr)
-    return proc.stdout
-
-
-def _power_caps(amd_smi: str) -> dict[int, float]:
+def _power_caps(tool: ToolRunner, amd_smi: str) -> dict[int, float]:
     """Each GPU's power cap from ``amd-smi static --limit --json``; {} when that fails."""
+    command = [amd_smi, "static", "--limit", "--json"]
     try:
-        return parse_amd_smi_limits(_run_tool([amd_smi, "static", "--limit", "--json"]))
+        result = tool.run(command, TIMEOUT_S)
+        _check_exit(command, *result)
+        return parse_amd_smi_limits(result.stdout)
     except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
         log.debug("sysmetrics: no AMD power caps (no powerPercent): %s", exc)
         return {}

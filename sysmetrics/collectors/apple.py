@@ -13,7 +13,7 @@ import sys
 import psutil
 
 from sysmetrics.collectors._values import gpu_values, number
-from sysmetrics.collectors.base import BackgroundCollector, stop_child
+from sysmetrics.collectors.base import BackgroundCollector
 
 log = logging.getLogger("sysmetrics")
 
@@ -107,7 +107,6 @@ class AppleCollector(BackgroundCollector):
         self.total_memory = total_memory
         self.interval = interval
         self.stale_after = 3 * interval + TIMEOUT_S  # ioreg runs every interval
-        self.process: subprocess.Popen[str] | None = None
 
     @classmethod
     def create(
@@ -128,15 +127,17 @@ class AppleCollector(BackgroundCollector):
 
     def read_ioreg(self) -> dict[str, float]:
         """Run ``ioreg`` once and parse it."""
-        proc = subprocess.run(IOREG, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"ioreg exited with {proc.returncode}: {proc.stderr[-300:]}")
-        return parse_ioreg(proc.stdout, self.total_memory)
+        returncode, stdout, stderr = self._tool.run(IOREG, TIMEOUT_S)
+        if returncode != 0:
+            raise RuntimeError(f"ioreg exited with {returncode}: {stderr[-300:]}")
+        return parse_ioreg(stdout, self.total_memory)
 
     def _publish(self, values: dict[str, float]) -> None:
         try:
             values.update(self.read_ioreg())
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            if self._closed.is_set():  # stopped by close(): not a failure
+                return
             self._warn_once("ioreg", f"sysmetrics: Apple GPU: {exc}; retrying")
         self._set_latest(values)
 
@@ -151,21 +152,18 @@ class AppleCollector(BackgroundCollector):
         """Publish at each ``macmon pipe`` line until it ends or the collector closes."""
         command = [path, "pipe", "-i", str(max(100, round(self.interval * 1000)))]
         try:
-            self.process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-            )
+            lines = self._tool.lines(command)
         except OSError as exc:
             self._warn_once("macmon", f"sysmetrics: cannot start {path}: {exc}")
             return
-        for line in self._lines(self.process):
+        for line in lines:
             values = parse_macmon(line)
             if values:
                 self._publish(values)
         if not self._closed.is_set():
             self._warn_once("macmon", f"sysmetrics: {path} ended; no GPU temperature or power")
 
-    def close(self) -> None:
-        """Stop ``macmon`` and the thread."""
-        self._closed.set()
-        stop_child(self.process)
-        super().close()
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The ``macmon`` child started last (kept once it ended), or None."""
+        return self._tool.streamed

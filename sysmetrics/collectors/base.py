@@ -1,13 +1,17 @@
 """The collector protocol: one source each, flat ``{key: float}`` samples.
 
-Also the helpers of collectors that run vendor tools: finding them, stopping their children.
+Also the toolkit of collectors that run vendor tools: finding them (:func:`find_tool`) and
+running them (:class:`ToolRunner`: deadline, bounded output, killed on close).
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import io
+import logging
 import os
+import selectors
 import shutil
 import signal
 import subprocess
@@ -15,7 +19,11 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
+
+# Re-exported (their home is sysmetrics.errors) for code that imports them from here.
+from sysmetrics.errors import SystemMetricsWarning as SystemMetricsWarning
+from sysmetrics.errors import quote as quote
 
 Aggregation = Literal["mean", "last", "peak"]
 """How the monitor folds a key's samples between two snapshots.
@@ -24,19 +32,15 @@ Aggregation = Literal["mean", "last", "peak"]
 value. ``peak``: gauges averaged, plus a ``<key>.max`` companion with the window's maximum.
 """
 
+log = logging.getLogger("sysmetrics")
+
 MiB = 1024 * 1024
-
-
-def quote(text: str, limit: int = 300) -> str:
-    """``text`` cut to ``limit`` characters, with ``...`` where it was cut.
-
-    Outside input quoted in a warning or an error stays short.
-    """
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-class SystemMetricsWarning(RuntimeWarning):
-    """A collector, or one device of it, failed and was disabled; the rest go on."""
+MAX_OUTPUT = 16 * MiB
+"""Bytes a vendor tool may print in one run, and characters of one streamed line."""
+STDERR_TAIL = 64 * 1024
+"""Bytes of a tool's standard error kept (its end, for the error message)."""
+TAIL_WAIT_S = 2.0
+"""Seconds a streaming tool that closed its output has to exit before it is killed."""
 
 
 @runtime_checkable
@@ -105,6 +109,9 @@ class BackgroundCollector(BaseCollector):
     exception escaping ``_run`` is a collector failure: its values are dropped at once and
     the next ``sample()`` raises it, so the monitor disables the collector with one
     warning.
+
+    A vendor tool is run through ``self._tool`` (a :class:`ToolRunner`), never spawned
+    directly: ``close()`` closes the runner, which kills what runs and starts nothing more.
     """
 
     thread_name = "sysmetrics-background"
@@ -119,7 +126,12 @@ class BackgroundCollector(BaseCollector):
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._warned: set[str] = set()
-        self._proc: subprocess.Popen[str] | None = None  # a tool run in progress, if any
+        self._tool = ToolRunner()  # the collector's vendor tool, if it runs one
+
+    @property
+    def _proc(self) -> subprocess.Popen[bytes] | None:
+        """The tool run in progress, if any."""
+        return self._tool.running
 
     def _run(self) -> None:
         raise NotImplementedError
@@ -197,36 +209,189 @@ class BackgroundCollector(BaseCollector):
             self._set_latest(values)
             self._closed.wait(interval)
 
-    def _lines(self, proc: subprocess.Popen[str]) -> Iterator[str]:
-        """``proc``'s output lines until it ends or the collector is closed.
-
-        A child started after ``close()`` (which could not stop it yet) is stopped here.
-        """
-        if self._closed.is_set():
-            stop_child(proc)
-            return
-        stdout = proc.stdout
-        assert stdout is not None
-        with stdout:
-            for line in stdout:
-                if self._closed.is_set():
-                    return
-                yield line
-
     def close(self) -> None:
         """Ask the thread to end and wait for it up to ``join_timeout`` seconds.
 
-        A tool run still in progress (``_proc``) is killed, its whole process group.
+        The collector's vendor tool (``_tool``), running or about to start, is killed, its
+        whole process group.
         """
         self._closed.set()
-        proc = self._proc
-        if proc is not None:
-            kill_group(proc)
+        self._tool.close()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.join_timeout)
 
 
-def kill_group(proc: subprocess.Popen[str]) -> None:
+class ToolResult(NamedTuple):
+    """One run of a vendor tool: its exit status and what it printed (decoded as UTF-8)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    """The last ``STDERR_TAIL`` bytes of its standard error."""
+
+
+class ToolClosedError(subprocess.SubprocessError):
+    """The tool was not started: its collector is closed."""
+
+
+class ToolRunner:
+    """The one way a collector runs its vendor tool (``rocm-smi``, ``tpu-info``, ...).
+
+    Each child starts in its own process group (its own children die with it), with
+    standard input from ``/dev/null``. :meth:`run` runs a tool to its end within a deadline;
+    :meth:`lines` follows a long-lived one line by line. Output is bounded: a run printing
+    more than ``max_output`` bytes is killed, a streamed line longer than that is skipped.
+
+    :meth:`close` kills every child running and keeps any from starting later: starting a
+    child and closing take one lock, so a ``close()`` arriving just after the spawn still
+    finds the child (a tool never outlives its collector).
+
+    Args:
+        max_output: bytes a run may print, and characters of one streamed line.
+
+    """
+
+    def __init__(self, max_output: int = MAX_OUTPUT) -> None:
+        self.max_output = max_output
+        self._lock = threading.Lock()
+        self._closed = False
+        self._running: list[subprocess.Popen[bytes]] = []
+        self.streamed: subprocess.Popen[bytes] | None = None
+        """The latest child started by :meth:`lines` (kept once it ended, for its status)."""
+
+    @property
+    def running(self) -> subprocess.Popen[bytes] | None:
+        """The latest child started that has not been reaped yet, if any."""
+        with self._lock:
+            return self._running[-1] if self._running else None
+
+    def _start(
+        self, command: Sequence[str], stderr: int, preexec_fn: Callable[[], None] | None
+    ) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._closed:
+                raise ToolClosedError(f"{command[0]} not started: the collector is closed")
+            proc = subprocess.Popen(
+                list(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                start_new_session=True, preexec_fn=preexec_fn,
+            )  # fmt: skip
+            self._running.append(proc)
+        return proc
+
+    def _end(self, proc: subprocess.Popen[bytes]) -> None:
+        """Kill ``proc``'s group if it still runs, reap it, close its pipes."""
+        if proc.poll() is None:
+            kill_group(proc)
+        proc.wait()
+        with self._lock:
+            self._running.remove(proc)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    def run(self, command: Sequence[str], timeout: float) -> ToolResult:
+        """Run ``command`` to its end, for at most ``timeout`` seconds.
+
+        Raises:
+            OSError: it cannot be started.
+            subprocess.TimeoutExpired: it ran past ``timeout`` (its process group is killed).
+            RuntimeError: it printed more than ``max_output`` bytes (likewise killed).
+            ToolClosedError: the runner is closed (nothing was started).
+
+        """
+        proc = self._start(command, subprocess.PIPE, None)
+        try:
+            stdout, stderr = _read_bounded(proc, command[0], timeout, self.max_output)
+        finally:
+            self._end(proc)
+        assert proc.returncode is not None
+        return ToolResult(proc.returncode, stdout, stderr)
+
+    def lines(
+        self, command: Sequence[str], preexec_fn: Callable[[], None] | None = None
+    ) -> Iterator[str]:
+        """Start ``command`` now; the returned iterator yields its output lines.
+
+        Iterate it at once: lines come until the child ends or the runner closes, and the
+        child is then killed and reaped, however the iteration ends. A line over
+        ``max_output`` characters is skipped (one debug line); standard error is
+        discarded. Once the runner is closed nothing is started and nothing is yielded.
+
+        Raises:
+            OSError: it cannot be started.
+
+        """
+        try:
+            proc = self._start(command, subprocess.DEVNULL, preexec_fn)
+        except ToolClosedError:
+            return iter(())
+        self.streamed = proc
+        return self._follow(proc, command[0])
+
+    def _follow(self, proc: subprocess.Popen[bytes], name: str) -> Iterator[str]:
+        assert proc.stdout is not None
+        reader = io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace")
+        try:
+            while not self._closed:
+                line = reader.readline(self.max_output + 1)
+                if not line:
+                    proc.wait(TAIL_WAIT_S)  # ended: its status (killed past TAIL_WAIT_S)
+                    return
+                if len(line) > self.max_output:
+                    while line and not line.endswith("\n"):  # the rest of the long line
+                        line = reader.readline(self.max_output)
+                    log.debug("sysmetrics: %s printed a line over %d characters: skipped",
+                              name, self.max_output)  # fmt: skip
+                    continue
+                yield line
+        except subprocess.TimeoutExpired:
+            return
+        finally:
+            self._end(proc)
+
+    def close(self) -> None:
+        """Kill every child running (each whole process group); start none from now on."""
+        with self._lock:
+            self._closed = True
+            for proc in self._running:
+                kill_group(proc)
+
+
+def _read_bounded(
+    proc: subprocess.Popen[bytes], name: str, timeout: float, limit: int
+) -> tuple[str, str]:
+    """``proc``'s stdout (at most ``limit`` bytes) and its stderr's tail, once it exited.
+
+    Raises subprocess.TimeoutExpired past ``timeout`` s, RuntimeError past ``limit`` bytes.
+    """
+    deadline = time.monotonic() + timeout
+    out: list[bytes] = []
+    size = 0
+    err = b""
+    with selectors.DefaultSelector() as selector:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                selector.register(pipe, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+            for key, _ in selector.select(left):
+                data = os.read(key.fd, 1 << 16)
+                if not data:
+                    selector.unregister(key.fileobj)
+                elif key.fileobj is proc.stdout:
+                    out.append(data)
+                    size += len(data)
+                    if size > limit:
+                        raise RuntimeError(f"{name} printed over {limit} bytes")
+                else:
+                    err = (err + data)[-STDERR_TAIL:]
+    proc.wait(max(0.0, deadline - time.monotonic()))
+    return b"".join(out).decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the process group of ``proc`` (started with ``start_new_session=True``).
 
     Nothing happens once ``proc`` has been reaped: its pid may already be someone else's.
@@ -235,17 +400,6 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-
-
-def stop_child(proc: subprocess.Popen[str] | None, timeout: float = 2.0) -> None:
-    """Terminate ``proc`` if it still runs, kill it after ``timeout`` seconds, and reap it."""
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def find_tool(name: str, locations: Sequence[str]) -> str | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 
-from sysmetrics.collectors.base import BaseCollector, MiB, SystemMetricsWarning, quote
+from sysmetrics.collectors.base import BaseCollector, MiB
+from sysmetrics.errors import SystemMetricsWarning, quote
 from sysmetrics.host import LOCAL_FILESYSTEMS, HostSource, StatfsProbe, filesystem_type
 
 GiB = 1024 * MiB

@@ -15,8 +15,9 @@ from types import ModuleType
 from typing import Any, Union
 
 from sysmetrics import _optional
-from sysmetrics.collectors.base import BaseCollector, SystemMetricsWarning
+from sysmetrics.collectors.base import BaseCollector
 from sysmetrics.collectors.process import process_tree
+from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.host import HostSource, Job
 
 log = logging.getLogger("sysmetrics")

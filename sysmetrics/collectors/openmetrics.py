@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.client
-import io
 import itertools
 import logging
 import math
 import re
-import socket
 import threading
 import time
 import warnings
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Union, cast
-from urllib.parse import urljoin, urlsplit
+from typing import Any, Union
+from urllib.parse import urlsplit
 
 from sysmetrics import _optional
-from sysmetrics.collectors.base import BackgroundCollector, SystemMetricsWarning, quote
-
-if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
+from sysmetrics.collectors._http import fetch
+from sysmetrics.collectors.base import BackgroundCollector
+from sysmetrics.errors import SystemMetricsWarning, quote
 
 log = logging.getLogger("sysmetrics")
 
@@ -31,9 +24,7 @@ Filters = Union[Sequence[str], Mapping[str, Mapping[str, str]]]
 _SAMPLE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 FORGET_AFTER = 5  # successful pages in a row a series is missing from when it is forgotten
 MAX_LINE = 64 << 10  # characters; longer lines are skipped
-MAX_REDIRECTS = 3
 _BLOCK = 1 << 20  # characters of page text split into lines at a time
-_REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 
 
 def _line_blocks(text: str, closed: threading.Event) -> Iterator[list[str]]:
@@ -55,45 +46,6 @@ def _line_blocks(text: str, closed: threading.Event) -> Iterator[list[str]]:
         start = end + 1
 
 
-def _origin(url: str) -> tuple[str, str, int]:
-    """``(scheme, host, port)`` of an http(s) URL."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return parts.scheme, (parts.hostname or "").lower(), port
-
-
-class _DeadlineIO(io.RawIOBase):
-    """A socket's reads, each allowed only the time left until ``deadline`` (monotonic s)."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock = sock
-        self._raw = sock.makefile("rb", buffering=0)  # keeps the socket open while we read
-        self._deadline = deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: WriteableBuffer) -> int | None:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("timed out")
-        self._sock.settimeout(left)
-        return self._raw.readinto(b)
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
-
-
-class _DeadlineResponse(http.client.HTTPResponse):
-    """An HTTP response that must arrive whole by ``deadline`` (monotonic s), however slowly."""
-
-    def __init__(self, sock: socket.socket, *args: Any, deadline: float, **kwargs: Any) -> None:
-        super().__init__(sock, *args, **kwargs)
-        plain, self.fp = self.fp, io.BufferedReader(_DeadlineIO(sock, deadline))
-        plain.close()
-
-
 class _Series:
     """A series line seen before: its key (None: nothing wanted) and the last page it was on."""
 
@@ -101,6 +53,27 @@ class _Series:
 
     def __init__(self, key: str | None, seen: int) -> None:
         self.key, self.seen = key, seen
+
+
+class _Endpoint:
+    """One endpoint's state, read and written on the collector's thread only.
+
+    ``page``: the number of its last successful page. ``series``: the series lines seen on
+    its pages, with their keys and the last page each was on. ``seen``: the keys the parser
+    gave lately, with the last page it did (those no remembered line holds yet, or from
+    lines that are never cached). ``names``: which metric names the filters keep (a memo).
+    ``retry_at``: while it is failing, when (monotonic s) to try it again.
+    """
+
+    __slots__ = ("name", "names", "page", "retry_at", "seen", "series", "url")
+
+    def __init__(self, name: str, url: str) -> None:
+        self.name, self.url = name, url
+        self.page = 0
+        self.series: dict[str, _Series] = {}
+        self.seen: dict[str, int] = {}
+        self.names: dict[str, bool] = {}
+        self.retry_at: float | None = None
 
 
 def _split_sample(line: str) -> tuple[str, str] | None:
@@ -174,7 +147,7 @@ class OpenMetricsCollector(BackgroundCollector):
     seconds later; a warning comes again only after it has recovered.
 
     Bounds: one deadline of ``timeout`` seconds for the whole request (connecting,
-    redirects, headers and body); at most ``MAX_REDIRECTS`` (3) redirects, to http(s)
+    redirects, headers and body); at most ``_http.MAX_REDIRECTS`` (3) redirects, to http(s)
     only, and ``headers`` go only to the configured URL's scheme, host and port; a gzip
     page is decompressed up to ``max_bytes``; lines longer than ``MAX_LINE`` (65,536)
     characters are skipped; the first ``max_series`` series of a page (of the metrics the
@@ -262,21 +235,13 @@ class OpenMetricsCollector(BackgroundCollector):
             )
         else:
             self._metric_filters = [_compile(f, "open_metrics_filters entry") for f in filters]
-        # Per endpoint: the number of its last successful page; the series lines seen on its
-        # pages, with their keys and the last page each was on; the keys the parser gave
-        # lately, with the last page it did (those no remembered line holds yet, or from
-        # lines that are never cached); which metric names the filters keep (a memo).
-        self._pages: dict[str, int] = {}
-        self._series: dict[str, dict[str, _Series]] = {}
-        self._seen: dict[str, dict[str, int]] = {}
-        self._names: dict[str, dict[str, bool]] = {}
+        self._endpoints = {n: _Endpoint(n, u) for n, u in self.endpoints.items()}
         # Per key: its labels and whether it is a counter; per "{name}.{metric}": the next
         # index and each label set's key.
         self._labels: dict[str, dict[str, str]] = {}
         self._counters: set[str] = set()
         self._count: dict[str, int] = {}
         self._indices: dict[tuple[str, frozenset[tuple[str, str]]], str] = {}
-        self._failing: dict[str, float] = {}  # endpoint -> when to try again
 
     @property
     def labels(self) -> dict[str, dict[str, str]]:
@@ -293,7 +258,8 @@ class OpenMetricsCollector(BackgroundCollector):
             for ep_name, url in self.endpoints.items():
                 if self._closed.is_set():
                     return
-                if time.monotonic() < self._failing.get(ep_name, 0.0):
+                retry_at = self._endpoints[ep_name].retry_at
+                if retry_at is not None and time.monotonic() < retry_at:
                     continue
                 self.scrape(ep_name, url)
             if self._closed.wait(self.poll_interval):
@@ -304,11 +270,12 @@ class OpenMetricsCollector(BackgroundCollector):
 
         A failed scrape drops the endpoint's values: the monitor never reports them stale.
         """
+        endpoint = self._endpoints[ep_name]
         try:
-            values = self._parse(ep_name, self._fetch(url))
+            values = self._parse(ep_name, fetch(url, self.headers, self.timeout, self.max_bytes))
         except Exception as exc:
             self._publish(ep_name, {})
-            if ep_name not in self._failing and not self._closed.is_set():
+            if endpoint.retry_at is None and not self._closed.is_set():
                 warnings.warn(
                     f"sysmetrics: OpenMetrics endpoint {ep_name!r} ({quote(url)}) failed, "
                     f"retrying every {self.retry_after:g} s: "
@@ -316,9 +283,9 @@ class OpenMetricsCollector(BackgroundCollector):
                     SystemMetricsWarning,
                     stacklevel=2,
                 )
-            self._failing[ep_name] = time.monotonic() + self.retry_after
+            endpoint.retry_at = time.monotonic() + self.retry_after
             return
-        self._failing.pop(ep_name, None)
+        endpoint.retry_at = None
         self._publish(ep_name, values)
 
     def _publish(self, ep_name: str, values: dict[str, float]) -> None:
@@ -328,77 +295,6 @@ class OpenMetricsCollector(BackgroundCollector):
             for key in [k for k in self._latest if k.startswith(prefix)]:
                 del self._latest[key]
             self._latest.update(values)
-
-    def _fetch(self, url: str) -> bytes:
-        """The body of ``url``'s page, all of it within ``timeout`` seconds from now.
-
-        Follows up to 3 redirects, to http(s) only; ``headers`` go only to ``url``'s own
-        scheme, host and port. Asks for no compression, and decompresses gzip anyway.
-
-        Raises:
-            OSError, http.client.HTTPException, ValueError: the request failed, timed out,
-                was answered with an error status, or the page is larger than
-                ``max_bytes``.
-
-        """
-        deadline = time.monotonic() + self.timeout
-        origin = _origin(url)
-        for _ in range(MAX_REDIRECTS + 1):
-            parts = urlsplit(url)
-            scheme, host, port = _origin(url)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("timed out")
-            if not host:
-                raise ValueError(f"no host in {quote(url)!r}")
-            https = scheme == "https"
-            conn = (http.client.HTTPSConnection if https else http.client.HTTPConnection)(
-                host, port, timeout=left
-            )
-            conn.response_class = cast(
-                "type[http.client.HTTPResponse]",
-                functools.partial(_DeadlineResponse, deadline=deadline),
-            )
-            with contextlib.closing(conn):
-                target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-                # http.client sends "Accept-Encoding: identity" unless the headers say otherwise
-                own = (scheme, host, port) == origin
-                conn.request("GET", target, headers=self.headers if own else {})
-                with conn.getresponse() as response:
-                    location = response.getheader("Location")
-                    if response.status in _REDIRECT_STATUSES and location:
-                        url = urljoin(url, location.strip())
-                        if urlsplit(url).scheme not in ("http", "https"):
-                            raise ValueError(
-                                f"redirect to {quote(url)!r} refused: only http and https "
-                                "redirects are followed"
-                            )
-                        continue
-                    if not 200 <= response.status < 300:
-                        raise ValueError(f"HTTP {response.status} {quote(response.reason)}")
-                    return self._body(response)
-        raise ValueError(f"more than {MAX_REDIRECTS} redirects")
-
-    def _body(self, response: http.client.HTTPResponse) -> bytes:
-        """The response's body, decompressed if gzip; at most ``max_bytes`` bytes of it."""
-        if response.length is not None and response.length > self.max_bytes:
-            raise ValueError(f"response larger than max_bytes={self.max_bytes}")
-        body = response.read(self.max_bytes + 1)
-        if len(body) > self.max_bytes:
-            raise ValueError(f"response larger than max_bytes={self.max_bytes}")
-        if response.length:  # the server closed the connection early
-            raise ValueError(f"response ended {response.length} bytes short of its length")
-        encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
-        if encoding in ("gzip", "x-gzip"):
-            unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            body = unzip.decompress(body, self.max_bytes + 1)
-            if len(body) > self.max_bytes:
-                raise ValueError(f"decompressed response larger than max_bytes={self.max_bytes}")
-            if not unzip.eof:
-                raise ValueError("gzip response is truncated")
-        elif encoding != "identity":
-            raise ValueError(f"unsupported Content-Encoding {quote(encoding)!r}")
-        return body
 
     def _name_wanted(self, ep_name: str, name: str, names: dict[str, bool]) -> bool:
         """Whether the filters keep some series of the metric ``name`` starts with.
@@ -434,9 +330,9 @@ class OpenMetricsCollector(BackgroundCollector):
 
         """
         text = body.decode("utf-8", errors="replace")
-        cache = self._series.setdefault(ep_name, {})
-        names = self._names.setdefault(ep_name, {})
-        page = self._pages.get(ep_name, 0) + 1
+        endpoint = self._endpoints[ep_name]
+        cache, names = endpoint.series, endpoint.names
+        page = endpoint.page + 1
         out: dict[str, float] = {}
         type_line = ""
         kept = dropped = too_long = 0
@@ -500,19 +396,18 @@ class OpenMetricsCollector(BackgroundCollector):
                 f"more than max_series={self.max_series}: the first {kept} of its page are "
                 f"kept and {dropped} dropped; raise open_metrics_max_series to keep more",
             )
-        self._pages[ep_name] = page
-        self._forget(ep_name, page)
+        endpoint.page = page
+        self._forget(endpoint)
         return out
 
-    def _forget(self, ep_name: str, page: int) -> None:
-        """Forget what ``ep_name``'s last 5 pages lacked.
+    def _forget(self, endpoint: _Endpoint) -> None:
+        """Forget what the endpoint's last 5 pages lacked.
 
         That is its series lines on none of them, and the keys that no remembered line
         holds and that the parser gave on none of them.
         """
-        old = page - FORGET_AFTER
-        cache = self._series[ep_name]
-        seen = self._seen.setdefault(ep_name, {})
+        old = endpoint.page - FORGET_AFTER
+        cache, seen = endpoint.series, endpoint.seen
         stale = [cache.pop(s).key for s in [s for s, e in cache.items() if e.seen <= old]]
         maybe = {k for k in stale if k is not None}
         maybe.update(k for k, p in seen.items() if p <= old)
@@ -524,14 +419,15 @@ class OpenMetricsCollector(BackgroundCollector):
         gone = [k for k in maybe - live if seen.get(k, old) <= old]
         if not gone:
             return
-        self._names.pop(ep_name, None)  # a memo: it starts over with the next page's names
+        endpoint.names.clear()  # a memo: it starts over with the next page's names
         with self._lock:
             for key in gone:
                 seen.pop(key, None)
                 labels = self._labels.pop(key)
                 self._counters.discard(key)
                 del self._indices[_metric_of(key), frozenset(labels.items())]
-            left = {_metric_of(k) for k in self._labels if k.startswith(f"openmetrics.{ep_name}.")}
+            prefix = f"openmetrics.{endpoint.name}."
+            left = {_metric_of(k) for k in self._labels if k.startswith(prefix)}
         for metric in {_metric_of(k) for k in gone} - left:
             del self._count[metric]  # none of its label sets left: indices start again
 
@@ -584,5 +480,5 @@ class OpenMetricsCollector(BackgroundCollector):
             key = self._indices[ident] = f"openmetrics.{ep_name}.{metric}.{n}"
             with self._lock:
                 self._labels[key] = dict(labels)
-        self._seen.setdefault(ep_name, {})[key] = page
+        self._endpoints[ep_name].seen[key] = page
         return key

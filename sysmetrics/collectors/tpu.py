@@ -11,7 +11,7 @@ import shutil
 import subprocess
 
 from sysmetrics.collectors._values import BYTES, PERCENT, checked, kept
-from sysmetrics.collectors.base import BackgroundCollector, kill_group
+from sysmetrics.collectors.base import BackgroundCollector
 
 log = logging.getLogger("sysmetrics")
 
@@ -131,21 +131,17 @@ class TPUCollector(BackgroundCollector):
         return cls(found)
 
     def read(self) -> dict[str, float]:
-        """Run ``tpu-info`` once and parse what it printed."""
-        with subprocess.Popen(
-            self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True,  # its own process group, killed whole on close/timeout
-        ) as proc:  # fmt: skip
-            self._proc = proc
-            try:
-                stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                kill_group(proc)
-                raise
-            finally:
-                self._proc = None
-        if proc.returncode != 0:
-            raise RuntimeError(f"exited with {proc.returncode}: {stderr.strip()[-300:]}")
+        """Run ``tpu-info`` once and parse what it printed.
+
+        Raises:
+            OSError: it cannot be started.
+            subprocess.TimeoutExpired: it ran past 30 s (its process group is killed).
+            RuntimeError: it exited non-zero, or printed over 16 MiB.
+
+        """
+        returncode, stdout, stderr = self._tool.run(self.command, TIMEOUT_S)
+        if returncode != 0:
+            raise RuntimeError(f"exited with {returncode}: {stderr.strip()[-300:]}")
         return parse_tpu_info(stdout)
 
     def _run(self) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sysmetrics.collectors._values import BYTES, PERCENT, Range, checked, field, number
-from sysmetrics.collectors.base import BackgroundCollector, find_tool, stop_child
+from sysmetrics.collectors.base import BackgroundCollector, find_tool
 from sysmetrics.collectors.process import process_tree
 from sysmetrics.host import HostSource, Job
 
@@ -135,7 +135,6 @@ class TrainiumCollector(BackgroundCollector):
         self.job = pid if isinstance(pid, Job) else Job(pid)  # the watched roots
         self.pid = self.job.pid
         self.track_process_tree = track_process_tree
-        self.process: subprocess.Popen[str] | None = None
         self._config: str | None = None
         super().__init__()
 
@@ -157,15 +156,11 @@ class TrainiumCollector(BackgroundCollector):
         with os.fdopen(fd, "w") as f:
             json.dump(CONFIG, f)
         try:
-            self.process = subprocess.Popen(
-                [self.path, "-c", self._config],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                preexec_fn=_die_with_parent(),
-            )  # fmt: skip
+            lines = self._tool.lines([self.path, "-c", self._config], _die_with_parent())
         except OSError as exc:
             self._warn_once("start", f"sysmetrics: cannot start {self.path}: {exc}")
             return
-        for line in self._lines(self.process):
+        for line in lines:
             try:
                 doc = json.loads(line)
             except (ValueError, RecursionError):
@@ -176,15 +171,18 @@ class TrainiumCollector(BackgroundCollector):
             }
             self._set_latest(parse_neuron_monitor(doc, tree))
         if not self._closed.is_set():
-            code = self.process.poll()
+            code = self.process.returncode if self.process is not None else None
             self._warn_once(
                 "ended", f"sysmetrics: {self.path} ended (exit {code}): no Trainium metrics"
             )
 
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The ``neuron-monitor`` child (kept once it ended), or None before it started."""
+        return self._tool.streamed
+
     def close(self) -> None:
         """Stop neuron-monitor and the reader thread; remove the generated config."""
-        self._closed.set()
-        stop_child(self.process)
         super().close()
         if self._config:
             with contextlib.suppress(OSError):

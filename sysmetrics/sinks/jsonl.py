@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 
 from sysmetrics import runfile
 from sysmetrics._checks import positive_int
-from sysmetrics.collectors.base import SystemMetricsWarning, quote
+from sysmetrics.errors import SystemMetricsWarning, quote
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Sample
 

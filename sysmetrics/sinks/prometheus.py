@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from sysmetrics import _optional
-from sysmetrics.collectors.base import SystemMetricsWarning
 from sysmetrics.descriptions import describe
 from sysmetrics.distributed import env_node_rank
+from sysmetrics.errors import SystemMetricsWarning
 
 if TYPE_CHECKING:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
