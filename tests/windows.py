@@ -30,3 +30,23 @@ def assert_fresh_points(
     for (p, before), (q, after) in zip(points, points[1:]):
         assert any(p <= s <= q for s in stamped), f"no sample between the points at {p} and {q}"
         assert dict(before) != dict(after), f"the point at {q} repeats the one at {p}"
+
+
+HALF_TICK = 0.005  # s: a window shorter than this has no cpu (process CPU moves in 10 ms ticks)
+
+
+def assert_cpu_where_measurable(samples: Sequence[Mapping[str, Any]]) -> None:
+    """Every run-file sample has ``cpu`` but those whose window is under half a clock tick.
+
+    ``cpu`` is left out of a window shorter than half a tick, where it would read 0 or
+    far over the truth: the last sample, taken as the monitor stops, and, on a loaded
+    machine, a sample whose tick came late (the next one, on time, then follows within a
+    few ms). The collector times its window between its own counter reads, which a
+    busy training thread (the GIL) can hold several ms from the sample's stamp, hence
+    the 10 ms allowance. Any other sample without ``cpu`` fails.
+    """
+    assert samples, "no sample in the run file"
+    for before, x in zip(samples, samples[1:]):
+        window = x["monotonic"] - before["monotonic"]
+        assert "cpu" in x["metrics"] or window < HALF_TICK + 0.010, (window, x)
+    assert "cpu" in samples[0]["metrics"] or len(samples) == 1, samples[0]
