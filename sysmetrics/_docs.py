@@ -21,10 +21,30 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from sysmetrics.descriptions import DESCRIPTIONS, markdown_table
 
 MARKER = re.compile(r"^<!-- generated: ([a-z]+) -->$", re.MULTILINE)
+
+
+class OptionRow(Protocol):
+    """What the options page reads of an option: ``sysmetrics.options.Option`` has it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def default(self) -> object: ...
+    @property
+    def help(self) -> str: ...
+    @property
+    def unit(self) -> str | None: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def flag(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -52,7 +72,7 @@ class DocOption:
 #
 #     from sysmetrics.options import OPTIONS
 #     return OPTIONS
-def _options() -> Sequence[DocOption]:
+def _options() -> Sequence[OptionRow]:
     from sysmetrics import cli
     from sysmetrics.callback import CALLBACK_OPTIONS, CallbackCore
     from sysmetrics.collectors.defaults import OPTIONS, CollectorOptions
@@ -117,7 +137,7 @@ def _code(text: str) -> str:
     return "<code>" + html.escape(text).replace("|", "&#124;") + "</code>"
 
 
-def options_table(options: Sequence[DocOption] | None = None) -> str:
+def options_table(options: Sequence[OptionRow] | None = None) -> str:
     """The options reference: one row per option, in declaration order."""
     rows = [
         "| option | type | default | unit | where | `record` flag | meaning |",
