@@ -2,6 +2,7 @@
 #   make demo   - create .venv, install sysmetrics with its extras, train a tiny Lightning
 #                 model with SystemMetricsCallback and print the system metrics it logged
 #   make test   - the same setup, then the whole test suite
+#   make docs   - the documentation site (site/), built with warnings as errors
 # constraints.txt pins what the dev/test setup installs (torch's CPU build among them).
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +11,7 @@ comma := ,
 EXTRAS ?= test,dev,lightning,transformers,keras
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo host-demo test versions lint bench overhead gpu-check gpu-wheels clean
+.PHONY: demo host-demo test versions lint docs bench overhead gpu-check gpu-wheels clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +37,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# The documentation site (mkdocs.yml, docs/), in its own environment; its reference pages
+# are generated from the code's declarations (docs/hooks.py, sysmetrics/_docs.py).
+DOCS_VENV ?= .venv-docs
+$(DOCS_VENV)/.installed: pyproject.toml constraints.txt constraints-torch.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[docs]'
+	touch $@
+
+docs: $(DOCS_VENV)/.installed
+	$(DOCS_VENV)/bin/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/host_sample.py
@@ -74,5 +86,5 @@ gpu-wheels:
 	@du -sh $(GPU_WHEELS); ls $(GPU_WHEELS) | wc -l
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .tox build *.egg-info .pytest_cache .mypy_cache .ruff_cache \
+	rm -rf $(VENV) $(BENCH_VENV) $(DOCS_VENV) site .tox build *.egg-info .pytest_cache .mypy_cache .ruff_cache \
 		$(GPU_CHECK_OUT)
