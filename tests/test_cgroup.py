@@ -296,7 +296,7 @@ def test_swap_percent_matches_psutil_on_this_machine(kind: str) -> None:
         pytest.skip("this machine has no swap (the no-swap case is checked below)")
     value = MemoryCollector(source).sample()[SWAP_KEY]
     after = psutil.swap_memory()
-    assert source.swap()[0] == before.total
+    assert source.swap().total == before.total
     # psutil rounds its percent to 0.1; swap in use may move a little between the reads.
     low, high = sorted((before.percent, after.percent))
     assert low - 0.2 <= value <= high + 0.2
@@ -309,7 +309,7 @@ def test_no_swap_key_on_this_machine_without_swap(kind: str) -> None:
     if psutil.swap_memory().total != 0:
         pytest.skip("this machine has swap (checked against psutil above)")
     source = ProcfsSource() if kind == "procfs" else PsutilSource()
-    assert source.swap()[0] == 0
+    assert source.swap().total == 0
     assert SWAP_KEY not in MemoryCollector(source).sample()
 
 

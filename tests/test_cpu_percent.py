@@ -38,7 +38,7 @@ from sysmetrics.collectors import (
     ProcessCollector,
 )
 from sysmetrics.descriptions import describe
-from sysmetrics.host import ProcfsSource, ProcStat
+from sysmetrics.host import CpuTime, DiskUsage, ProcfsSource, ProcStat
 from sysmetrics.sinks.jsonl import JsonlSink
 from tests.fake_nvml import FakeGpu, FakeNvmlLib, binding
 
@@ -205,13 +205,13 @@ class Skewed(ProcfsSource):
         super().__init__()
         self.reads = self.processes = 0
 
-    def cpu_times(self) -> list[tuple[float, float]]:
+    def cpu_times(self) -> list[CpuTime]:
         self.reads += 1
-        return [(2.0 * self.reads, 1.0 * self.reads), (0.0, 1.0 * self.reads)]  # 200 %, 0 %
+        busy, idle = CpuTime(2.0 * self.reads, 1.0 * self.reads), CpuTime(0.0, 1.0 * self.reads)
+        return [busy, idle]  # 200 %, 0 %
 
-    def disk_usage(self, path: str) -> tuple[int, int, float]:
-        used, total, _ = super().disk_usage(path)
-        return used, total, 101.5
+    def disk_usage(self, path: str) -> DiskUsage:
+        return super().disk_usage(path)._replace(percent=101.5)
 
     def process(self, pid: int) -> ProcStat | None:
         st = super().process(pid)

@@ -26,6 +26,7 @@ from sysmetrics.collectors import DiskCollector, host_collectors
 from sysmetrics.collectors.disk import isolated_probe
 from sysmetrics.host import (
     LOCAL_FILESYSTEMS,
+    DiskUsage,
     HostSource,
     ProcfsSource,
     PsutilSource,
@@ -92,21 +93,21 @@ def test_a_path_failing_with_eio_or_estale_costs_only_its_keys(
     """A transient EIO/ESTALE on one path (as a network mount gives) leaves the rest."""
     import errno
 
-    import sysmetrics.host as host
+    import sysmetrics.host.statfs as statfs
 
     bad = tmp_path / "bad"
     bad.mkdir()
-    real = host._statvfs_usage
+    real = statfs._statvfs_usage
     fail = {"errno": 0}
 
-    def statvfs_usage(path: str) -> tuple[int, int, float]:
+    def statvfs_usage(path: str) -> DiskUsage:
         if path == str(bad) and fail["errno"]:
             raise OSError(fail["errno"], os.strerror(fail["errno"]), path)
         return real(path)
 
     if not ProcfsSource.supported():
         pytest.skip("needs Linux procfs (ProcfsSource reads statvfs)")
-    monkeypatch.setattr(host, "_statvfs_usage", statvfs_usage)
+    monkeypatch.setattr(statfs, "_statvfs_usage", statvfs_usage)
     collectors = host_collectors(source=ProcfsSource(), disk_paths=("/", str(bad)))
     key = f"disk.{bad}.usagePercent"
     with warnings.catch_warnings(record=True) as caught:
@@ -197,10 +198,10 @@ def test_a_helper_that_hangs_costs_its_path_only_and_is_killed(tmp_path: Path) -
 
 FUSE_CHILD = """
 import sys, time
-import sysmetrics.host as host
+import sysmetrics.host.statfs as statfs
 from sysmetrics import SystemMonitor
 from sysmetrics.sinks.jsonl import JsonlSink
-host.PROBE_EVERY, host.PROBE_TIMEOUT = 0.2, 1.0
+statfs.PROBE_EVERY, statfs.PROBE_TIMEOUT = 0.2, 1.0
 mountpoint, local, run_file = sys.argv[1:4]
 monitor = SystemMonitor(interval=0.1, disk_paths=[mountpoint, local]).start()
 sink = JsonlSink(monitor, run_file)
@@ -378,9 +379,9 @@ def test_the_helper_answer_parser_takes_any_bytes(answer: bytes) -> None:
 
 RECORD = """
 import sys
-import sysmetrics.host as host
+import sysmetrics.host.statfs as statfs
 from sysmetrics.cli import main
-host.PROBE_EVERY, host.PROBE_TIMEOUT = 0.2, 1.0
+statfs.PROBE_EVERY, statfs.PROBE_TIMEOUT = 0.2, 1.0
 sys.exit(main(sys.argv[1:]))
 """
 

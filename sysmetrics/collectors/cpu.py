@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sysmetrics.collectors.base import BaseCollector
-from sysmetrics.host import HostSource
+from sysmetrics.host import CpuTime, HostSource
 
 
 class CPUCollector(BaseCollector):
@@ -17,16 +17,16 @@ class CPUCollector(BaseCollector):
 
     def __init__(self, source: HostSource) -> None:
         self.source = source
-        self._prev: list[tuple[float, float]] = []
+        self._prev: list[CpuTime] = []
 
     def sample(self) -> dict[str, float]:
         """Busy share of each core since the previous sample, percent."""
         now = self.source.cpu_times()
-        prev = self._prev if len(self._prev) == len(now) else [(0.0, 0.0)] * len(now)
+        prev = self._prev if len(self._prev) == len(now) else [CpuTime(0.0, 0.0)] * len(now)
         out = {}
-        for i, ((busy, total), (pbusy, ptotal)) in enumerate(zip(now, prev)):
-            dt = total - ptotal
+        for i, (cur, before) in enumerate(zip(now, prev)):
+            dt = cur.total - before.total
             # Held within 0..100 by the monitor, with every percentage.
-            out[f"cpu.{i}.cpu_percent"] = (busy - pbusy) / dt * 100.0 if dt > 0 else 0.0
+            out[f"cpu.{i}.cpu_percent"] = (cur.busy - before.busy) / dt * 100.0 if dt > 0 else 0.0
         self._prev = now
         return out

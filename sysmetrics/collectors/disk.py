@@ -64,10 +64,10 @@ class DiskCollector(BaseCollector):
                 continue
             if usage is None:  # its helper has not answered yet
                 continue
-            used, _total, percent = usage
-            out[percent_key] = percent
-            out[gb_key] = used / GiB
-        read, written = self.source.disk_io()
+            out[percent_key] = usage.percent
+            out[gb_key] = usage.used / GiB
+        io = self.source.disk_io()  # bytes
+        read, written = io.read, io.written
         if self._start is None:
             self._start = (read, written)
         out["disk.in"] = (read - self._start[0]) / MiB

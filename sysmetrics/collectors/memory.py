@@ -32,7 +32,8 @@ class MemoryCollector(BaseCollector):
 
     def sample(self) -> dict[str, float]:
         """Memory percent in use and MiB available; swap percent in use where there is swap."""
-        total, available = self.source.memory()
+        mem = self.source.memory()
+        total, available = mem.total, mem.available  # bytes
         limit = self.cgroup.memory_limit() if self.cgroup else None
         used = self.cgroup.memory_used() if self.cgroup and limit and limit < total else None
         if limit is not None and used is not None:
@@ -48,7 +49,8 @@ class MemoryCollector(BaseCollector):
 
     def _swap_percent(self) -> float | None:
         """% of swap in use: of the cgroup's swap limit where it is below the host's swap."""
-        total, used = self.source.swap()
+        swap = self.source.swap()
+        total, used = swap.total, swap.used  # bytes
         if total <= 0:
             return None  # no swap configured
         limit = self.cgroup.swap_limit() if self.cgroup else None

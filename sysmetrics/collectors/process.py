@@ -12,34 +12,13 @@ import time
 
 from sysmetrics.cgroup import Cgroup
 from sysmetrics.collectors.base import BaseCollector, MiB
-from sysmetrics.host import HostSource, Job, ProcStat
+from sysmetrics.host import HostSource, Job, ProcStat, TreeProcess, process_tree
 
 log = logging.getLogger("sysmetrics")
 
+__all__ = ["ProcessCollector", "process_tree"]  # process_tree: from sysmetrics.host
+
 _SAME = 1e-6  # seconds: start times closer than this are the same clock tick
-
-
-def process_tree(
-    source: HostSource, pid: int | tuple[int, ...], descendants: bool = True
-) -> list[tuple[int, int]]:
-    """(pid, parent pid) of ``pid`` (or of each root of a tuple) and of its descendants.
-
-    Descendants only with ``descendants``; each process once, also where one root descends
-    from another (Lightning's ``ddp`` launcher starts rank 1 as a child of rank 0).
-    """
-    roots = (pid,) if isinstance(pid, int) else pid
-    out = [(root, 0) for root in dict.fromkeys(roots)]
-    if descendants:
-        seen = {p for p, _ in out}
-        i = 0
-        while i < len(out):
-            parent = out[i][0]
-            for child in source.children(parent):
-                if child not in seen:
-                    seen.add(child)
-                    out.append((child, parent))
-            i += 1
-    return out
 
 
 class ProcessCollector(BaseCollector):
@@ -170,7 +149,7 @@ class ProcessCollector(BaseCollector):
         self.job = job or Job(pid)
         self.track_process_tree = track_process_tree
         self.cgroup = cgroup  # its limits are read through it, so they stay current
-        self._host_memory = source.memory()[0]
+        self._host_memory = source.memory().total
         # pid -> (stat, parent pid) at the previous sample; its keys are the processes the
         # samples between two walks read.
         self._prev: dict[int, tuple[ProcStat, int]] = {}
@@ -221,7 +200,7 @@ class ProcessCollector(BaseCollector):
         quota = self.cpu_quota
         return min(cpus, quota) if quota else cpus
 
-    def tree(self) -> list[tuple[int, int]]:
+    def tree(self) -> list[TreeProcess]:
         """(pid, parent pid) of every root and, when tracking, every descendant (a walk)."""
         return process_tree(self.source, self.job.roots, self.track_process_tree)
 
@@ -256,7 +235,7 @@ class ProcessCollector(BaseCollector):
             members = process_tree(self.source, roots, self.track_process_tree)
             cpus = float(self.source.cpus(roots))
         else:
-            members = [(pid, parent) for pid, (_, parent) in self._prev.items()]
+            members = [TreeProcess(pid, parent) for pid, (_, parent) in self._prev.items()]
         # Time-stamp the counter reads themselves, not the tree walk before them: under a
         # busy training thread every read can wait for the GIL, and a stamp taken far from
         # the reads turns that wait into phantom CPU percent.
