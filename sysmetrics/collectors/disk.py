@@ -31,7 +31,6 @@ class DiskCollector(BaseCollector):
     """
 
     name = "disk"
-    last_keys = frozenset({"in", "out"})
 
     def __init__(
         self,

@@ -628,8 +628,6 @@ class NvidiaCollector(BaseCollector):
     """
 
     name = "nvidia"
-    last_keys = frozenset({"correctedMemoryErrors", "uncorrectedMemoryErrors", "energyJoules"})
-    peak_keys = frozenset({"memoryAllocatedBytes", "processMemoryAllocatedBytes"})
 
     def __init__(
         self,
