@@ -554,3 +554,26 @@ def test_rate_units() -> None:
     units = {d.key: d.rate_unit for d in DESCRIPTIONS if d.kind == "counter"}
     assert units["disk.in"] == "MiB/s" and units["network.sent"] == "bytes/s"
     assert units["cpu.energyJoules"] == "W" and units["gpu.{i}.correctedMemoryErrors"] == "count/s"
+
+
+def test_a_custom_collectors_lists_come_before_the_descriptions() -> None:
+    """``BaseCollector``: a subclass's ``last_keys``/``peak_keys`` first (its own keys), then
+    the key's family, then ``mean``."""
+    from sysmetrics import BaseCollector
+
+    class Plain(BaseCollector):
+        pass
+
+    class Listed(BaseCollector):
+        last_keys = frozenset({"ticks", "in"})
+        peak_keys = frozenset({"heap"})
+
+    plain, listed = Plain(), Listed()
+    assert [plain.aggregation(k) for k in ("disk.in", "proc.memory.pssMB", "cpu")] == [
+        "last", "peak", "mean",
+    ]  # fmt: skip
+    assert [plain.aggregation(k) for k in ("my.ticks", "my.heap", "gpu.0.new")] == ["mean"] * 3
+    assert [listed.aggregation(k) for k in ("my.ticks", "my.heap", "x.in")] == [
+        "last", "peak", "last",
+    ]  # fmt: skip
+    assert listed.aggregation("gpu.0.memoryAllocatedBytes") == "peak"  # not listed: described
