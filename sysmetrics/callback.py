@@ -18,6 +18,7 @@ from typing import Any
 
 from sysmetrics import _watch, distributed
 from sysmetrics._checks import one_or_many, positive_int
+from sysmetrics.descriptions import split_node
 from sysmetrics.errors import SystemMetricsWarning, quote
 from sysmetrics.monitor import MONITOR_OPTIONS, SystemMonitor
 from sysmetrics.reader import Reader
@@ -520,8 +521,8 @@ class CallbackCore:
         return self.named(self.snapshot(reader, repeat), separator)
 
     def _name(self, key: str, separator: str) -> str | None:
-        node = distributed.NODE_SEGMENT.match(key)  # include/exclude see the plain key
-        segment, key = (node.group(1) + separator, key[node.end() :]) if node else ("", key)
+        node = split_node(key)  # include/exclude see the plain key
+        segment, key = (node.segment + separator, node.key) if node else ("", key)
         if self.include and not any(fnmatch.fnmatchcase(key, p) for p in self.include):
             return None
         if any(fnmatch.fnmatchcase(key, p) for p in self.exclude):

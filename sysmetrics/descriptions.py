@@ -11,9 +11,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NamedTuple, Optional
 
 Kind = Literal["gauge", "counter"]
+
+Aggregation = Literal["mean", "last", "peak"]
+"""How the monitor folds a key's samples between two snapshots.
+
+``mean``: gauges, averaged over the window. ``last``: cumulative counters, the latest
+value. ``peak``: gauges averaged, plus a ``<key>.max`` companion with the window's maximum.
+"""
 
 _MIB = 1024.0**2
 _GIB = 1024.0**3
@@ -34,6 +41,8 @@ class Description:
             prefix, in the base unit; None where the family is not exported.
         scale: the factor from ``unit`` to the Prometheus base unit (MiB: 1048576).
         prometheus_labels: the Prometheus label of each placeholder of ``key``, in order.
+        peak: whether the monitor adds a ``<key>.max`` companion holding each window's
+            peak (memory gauges, whose short peaks a mean hides).
 
     """
 
@@ -44,6 +53,17 @@ class Description:
     prometheus: str | None
     scale: float = 1.0
     prometheus_labels: tuple[str, ...] = ()
+    peak: bool = False
+
+    @property
+    def aggregation(self) -> Aggregation:
+        """How the monitor aggregates the family: counters ``last``, ``peak``, else ``mean``."""
+        return "last" if self.kind == "counter" else "peak" if self.peak else "mean"
+
+    @property
+    def rate_unit(self) -> str:
+        """The unit of a counter's rate (:func:`counter_rate`): ``W`` for ``J``, else unit/s."""
+        return "W" if self.unit == "J" else f"{self.unit}/s"
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -52,8 +72,8 @@ class Description:
 
 
 def _gpu(key: str, unit: str, help: str, prometheus: str, scale: float = 1.0,
-         kind: Kind = "gauge") -> Description:  # fmt: skip
-    return Description(f"gpu.{{i}}.{key}", unit, kind, help, prometheus, scale, ("gpu",))
+         kind: Kind = "gauge", peak: bool = False) -> Description:  # fmt: skip
+    return Description(f"gpu.{{i}}.{key}", unit, kind, help, prometheus, scale, ("gpu",), peak)
 
 
 _GPU = (
@@ -64,7 +84,7 @@ _GPU = (
     _gpu("memoryAllocated", "%", "% of the GPU's memory in use (Apple: of the machine's RAM)",
          "gpu_memory_allocated_percent"),
     _gpu("memoryAllocatedBytes", "bytes", "GPU memory in use",
-         "gpu_memory_allocated_bytes"),
+         "gpu_memory_allocated_bytes", peak=True),
     _gpu("temp", "°C", "GPU temperature", "gpu_temperature_celsius"),
     _gpu("powerWatts", "W", "GPU power draw", "gpu_power_watts"),
     _gpu("powerPercent", "%", "GPU power draw as % of its power limit (Apple: of 16.5 W)",
@@ -127,10 +147,10 @@ DESCRIPTIONS: tuple[Description, ...] = (
                 "process_threads"),
     Description("proc.memory.rssMB", "MiB", "gauge",
                 "Resident memory of the process tree, summed: shared pages count once per process",
-                "process_memory_rss_bytes", _MIB),
+                "process_memory_rss_bytes", _MIB, peak=True),
     Description("proc.memory.pssMB", "MiB", "gauge",
                 "Proportional set size of the process tree, shared pages split among their users",
-                "process_memory_pss_bytes", _MIB),
+                "process_memory_pss_bytes", _MIB, peak=True),
     Description("proc.memory.percent", "%", "gauge",
                 "The process tree's PSS (shared pages counted once), % of system memory or of "
                 "the cgroup limit", "process_memory_pss_percent"),
@@ -175,28 +195,29 @@ DESCRIPTIONS: tuple[Description, ...] = (
       for d in _GPU),
     Description("gpu.process.{i}.processMemoryAllocatedBytes", "bytes", "gauge",
                 "GPU memory held by the process tree's processes", "gpu_process_memory_bytes",
-                prometheus_labels=("gpu",)),
+                prometheus_labels=("gpu",), peak=True),
     Description("gpu.{i}.mig.{j}.memoryAllocated", "%", "gauge",
                 "% of the MIG instance's memory in use", "gpu_mig_memory_allocated_percent",
                 prometheus_labels=("gpu", "mig")),
     Description("gpu.{i}.mig.{j}.memoryAllocatedBytes", "bytes", "gauge",
                 "Memory of the MIG instance in use", "gpu_mig_memory_allocated_bytes",
-                prometheus_labels=("gpu", "mig")),
+                prometheus_labels=("gpu", "mig"), peak=True),
     # PyTorch's caching allocator, in this process (gpu.{i} in CUDA's numbering; MPS as gpu.0).
     Description("gpu.{i}.torch.allocatedBytes", "bytes", "gauge",
                 "GPU memory in PyTorch tensors of this process (torch.cuda.memory_allocated)",
-                "gpu_torch_allocated_bytes", prometheus_labels=("gpu",)),
+                "gpu_torch_allocated_bytes", prometheus_labels=("gpu",), peak=True),
     Description("gpu.{i}.torch.reservedBytes", "bytes", "gauge",
                 "GPU memory PyTorch's caching allocator holds, in tensors or cached "
                 "(torch.cuda.memory_reserved)",
-                "gpu_torch_reserved_bytes", prometheus_labels=("gpu",)),
+                "gpu_torch_reserved_bytes", prometheus_labels=("gpu",), peak=True),
     # AWS Trainium / Inferentia (neuron-monitor).
     Description("trn.{core}.neuroncore_utilization", "%", "gauge", "NeuronCore utilization",
                 "neuroncore_utilization_percent", prometheus_labels=("core",)),
     Description("trn.host_total_memory_usage", "bytes", "gauge",
-                "Host memory used by the Neuron runtime", "neuron_host_memory_used_bytes"),
+                "Host memory used by the Neuron runtime", "neuron_host_memory_used_bytes",
+                peak=True),
     Description("trn.neuron_device_total_memory_usage", "bytes", "gauge",
-                "Neuron device memory used", "neuron_device_memory_used_bytes"),
+                "Neuron device memory used", "neuron_device_memory_used_bytes", peak=True),
     Description("trn.host_total_memory_usage.{kind}", "bytes", "gauge",
                 "Host memory used by the Neuron runtime, by kind",
                 "neuron_host_memory_breakdown_bytes", prometheus_labels=("kind",)),
@@ -205,7 +226,7 @@ DESCRIPTIONS: tuple[Description, ...] = (
                 "neuroncore_memory_used_bytes", prometheus_labels=("core", "kind")),
     # Google TPUs (tpu-info).
     Description("tpu.{i}.memoryUsageBytes", "bytes", "gauge", "TPU HBM in use",
-                "tpu_memory_used_bytes", prometheus_labels=("tpu",)),
+                "tpu_memory_used_bytes", prometheus_labels=("tpu",), peak=True),
     Description("tpu.{i}.memoryUsage", "%", "gauge", "% of TPU HBM in use",
                 "tpu_memory_used_percent", prometheus_labels=("tpu",)),
     Description("tpu.{i}.dutyCycle", "%", "gauge", "% of time the TensorCores were busy",
@@ -306,6 +327,96 @@ def clamp_percent(key: str, value: float) -> float:
             _percent.clear()
         _percent[key] = percent
     return min(100.0, max(0.0, value)) if percent else value
+
+
+def family(key: str) -> Optional[Description]:
+    """The family of ``key`` as it is, or None where it has none.
+
+    Unlike :func:`describe`, a ``.max`` ending is no peak companion here: ``cpu.max`` has
+    no family, and a Trainium memory kind named ``max`` is one.
+    """
+    found = _families(key)
+    return found[0][0] if found else None
+
+
+def aggregation(key: str) -> Aggregation:
+    """How the monitor aggregates ``key``: its family's :attr:`Description.aggregation`.
+
+    ``mean`` for an undescribed key. Collectors emit no ``.max`` companions (the monitor
+    makes them), so ``key`` is matched as it is (:func:`family`).
+    """
+    d = family(key)
+    return "mean" if d is None else d.aggregation
+
+
+def counter_rate(before: float, after: float, seconds: float) -> Optional[float]:
+    """A counter's increase per second between two samples ``seconds`` apart, or None.
+
+    The one counter-to-rate rule (report, findings and the live line use it). None where
+    the rate is unknown: a value or the interval is not a number (NaN), the interval is
+    not positive (the clock went back, or no time passed), or the counter decreased (it
+    restarted: a new monitor counts from zero again).
+    """
+    rise = after - before
+    if not (seconds > 0 and rise >= 0):  # NaN compares false
+        return None
+    return rise / seconds
+
+
+# -- the grammar of concrete keys beyond one family: GPUs, and nodes of a gather ---------
+
+NODES_MIN = "nodes_min"
+"""The node segment of a gathered key's minimum over the nodes: ``nodes_min/cpu``."""
+NODES_MAX = "nodes_max"
+"""The node segment of a gathered key's maximum over the nodes: ``nodes_max/cpu``."""
+
+_NODE = re.compile(r"(?:node([0-9]+)|nodes_min|nodes_max)/")
+_GPU_KEY = re.compile(r"gpu\.(process\.)?([0-9]+)\.(.+)", re.DOTALL)
+
+
+class NodeKey(NamedTuple):
+    """A key of a multi-node gather, split: ``node3/gpu.0.gpu`` is ``("node3", 3, "gpu.0.gpu")``."""
+
+    segment: str  # "node3", "nodes_min" or "nodes_max"
+    node: Optional[int]  # the node rank; None for nodes_min and nodes_max
+    key: str  # the node's own key
+
+
+def node_key(node: int | str, key: str) -> str:
+    """``key`` as a gather names it: ``node3/key`` for node rank 3, ``nodes_min/key``, ...."""
+    return f"{node if isinstance(node, str) else f'node{node}'}/{key}"
+
+
+def split_node(key: str) -> Optional[NodeKey]:
+    """The node segment and the node's own key of a gathered key; None for any other key."""
+    m = _NODE.match(key)
+    if m is None:
+        return None
+    number = m.group(1)
+    return NodeKey(m.group(0)[:-1], None if number is None else int(number), key[m.end() :])
+
+
+class GpuKey(NamedTuple):
+    """A key of one GPU, split: ``gpu.process.1.temp`` is ``("1", True, "temp")``."""
+
+    i: str  # the GPU's index as the key writes it: "0"
+    process: bool  # a gpu.process.{i}.* key: the process tree's view of GPU i
+    rest: str  # what follows the index: "temp", "mig.1.memoryAllocated"
+
+    @property
+    def device_key(self) -> str:
+        """The ``gpu.{i}.*`` key of the same reading (a ``gpu.process.{i}.*`` key's twin)."""
+        return f"gpu.{self.i}.{self.rest}"
+
+
+def gpu_key(key: str) -> Optional[GpuKey]:
+    """``key`` split as ``gpu.{i}.{rest}`` or ``gpu.process.{i}.{rest}``; None for any other.
+
+    Whether or not the key is described: a GPU key of a newer version or of a custom
+    collector is still GPU ``i``'s.
+    """
+    m = _GPU_KEY.fullmatch(key)
+    return None if m is None else GpuKey(m.group(2), m.group(1) is not None, m.group(3))
 
 
 _BASE_UNITS = {"MiB": "bytes", "GiB": "bytes", "MHz": "Hz", "GT/s": "transfers/s"}

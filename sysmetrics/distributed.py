@@ -9,14 +9,12 @@ rank must call it, at the same points, which the callers derive from the step al
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# A node segment of a metric key: ``node3/cpu``, ``nodes_min/cpu``, ``nodes_max/cpu``.
-NODE_SEGMENT = re.compile(r"(node\d+|nodes_min|nodes_max)/")
+from sysmetrics.descriptions import NODES_MAX, NODES_MIN, node_key
 
 
 def _dist() -> Any:
@@ -145,19 +143,21 @@ def gather(
 def per_node(snapshots: Mapping[int, Mapping[str, float]]) -> dict[str, float]:
     """Keys of every node under ``node{k}/``, and each key's ``nodes_min/`` and ``nodes_max/``.
 
-    The min and max of a key are over the nodes that report it.
+    The min and max of a key are over the nodes that report it. The names are
+    :func:`sysmetrics.descriptions.node_key`'s (:func:`~sysmetrics.descriptions.split_node`
+    splits them).
     """
     out: dict[str, float] = {}
     low: dict[str, float] = {}
     high: dict[str, float] = {}
     for node in sorted(snapshots):
         for key, value in snapshots[node].items():
-            out[f"node{node}/{key}"] = value
+            out[node_key(node, key)] = value
             if key not in low:
                 low[key] = high[key] = value
             else:
                 low[key] = min(low[key], value)
                 high[key] = max(high[key], value)
-    out.update({f"nodes_min/{k}": v for k, v in low.items()})
-    out.update({f"nodes_max/{k}": v for k, v in high.items()})
+    out.update({node_key(NODES_MIN, k): v for k, v in low.items()})
+    out.update({node_key(NODES_MAX, k): v for k, v in high.items()})
     return out

@@ -45,11 +45,12 @@ Rules based on means or shares (``input-bound``, ``gpu-throttling``, ``disk-boun
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Callable, Optional
+
+from sysmetrics.descriptions import counter_rate, family, gpu_key, split_node
 
 # The run file's reader lives with its schema; its names stay importable from here.
 from sysmetrics.runfile import MAX_KEYS as MAX_KEYS
@@ -86,10 +87,8 @@ STRAGGLER_MIN_NODES = 3  # nodes needed to name one the odd one out
 SWAP_KEY = "memory.swapPercent"  # % of swap in use (MemoryCollector, where there is swap)
 SWAP_RISE_POINTS = 5.0  # percentage points from the first value to the peak
 
-_GPU_KEY = re.compile(r"gpu\.(\d+)\.")
-_GPU_PROCESS_KEY = re.compile(r"gpu\.process\.(\d+)\.")
-_NODE_KEY = re.compile(r"node(\d+)/(cpu|gpu\.\d+\.gpu)")
 _NAN = math.nan
+_NODE_FAMILIES = {"cpu": "cpu", "gpu.{i}.gpu": "gpu"}  # per node: the job's CPU, each GPU
 
 
 @dataclass(frozen=True)
@@ -147,7 +146,7 @@ def _over(run: Run, key: str, limit: float) -> tuple[float, list[int]]:
 
 def _gpu_indices(keys: Iterable[str]) -> list[str]:
     """Every GPU index with a ``gpu.{i}.*`` key among ``keys``, in numeric order."""
-    return sorted({m.group(1) for key in keys if (m := _GPU_KEY.match(key))}, key=int)
+    return sorted({g.i for key in keys if (g := gpu_key(key)) and not g.process}, key=int)
 
 
 def memory_limit(run: Run) -> list[Finding]:
@@ -212,12 +211,11 @@ def disk_bound(run: Run) -> list[Finding]:
     intervals = []  # (later sample, MiB/s, job GPU %)
     for j in range(1, len(run)):
         t0, t1, gpu = clock[j - 1], clock[j], gpus[j]
-        read0, read1 = read[j - 1], read[j]
-        if t0 is None or t1 is None or gpu is None or read0 != read0 or read1 != read1:
+        if t0 is None or t1 is None or gpu is None:
             continue
-        if t1 <= t0 or read1 < read0:  # clock went back, or a new monitor restarted the count
-            continue
-        intervals.append((j, (read1 - read0) / (t1 - t0), gpu))
+        rate = counter_rate(read[j - 1], read[j], t1 - t0)  # None: a restart, a clock back
+        if rate is not None:
+            intervals.append((j, rate, gpu))
     if len(intervals) < MIN_SAMPLES:
         return []
     bound = [
@@ -243,10 +241,13 @@ def straggler_node(run: Run) -> list[Finding]:
     """``straggler-node``: one node's mean CPU or GPU utilization far from the others'."""
     values: dict[str, dict[int, list[float]]] = {"cpu": {}, "gpu": {}}
     for key, column in run.columns.items():
-        m = _NODE_KEY.fullmatch(key)
-        if m:
-            kind = "cpu" if m.group(2) == "cpu" else "gpu"
-            values[kind].setdefault(int(m.group(1)), []).extend(v for v in column if v == v)
+        gathered = split_node(key)
+        if gathered is None or gathered.node is None:  # nodes_min/, nodes_max/, no node's
+            continue
+        d = family(gathered.key)
+        kind = None if d is None else _NODE_FAMILIES.get(d.key)
+        if kind is not None:
+            values[kind].setdefault(gathered.node, []).extend(v for v in column if v == v)
     out = []
     for kind, nodes in values.items():
         means = {k: statistics.fmean(v) for k, v in nodes.items() if len(v) >= MIN_SAMPLES}

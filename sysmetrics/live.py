@@ -7,28 +7,26 @@ line, so the command never sees it.
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
 from collections.abc import Mapping
 from typing import Optional, TextIO
 
+from sysmetrics.descriptions import counter_rate, gpu_key
 from sysmetrics.monitor import SystemMonitor
 
 _MiB = 2.0**20
 _GiB = 2.0**30
-_GPU = re.compile(r"gpu\.(\d+)\.gpu")
 
 
 def _rate(
     key: str, values: Mapping[str, float], previous: Mapping[str, float], seconds: float
 ) -> Optional[float]:
     """The counter ``key``'s increase per second since ``previous``, or None."""
-    if key not in values or key not in previous or seconds <= 0:
+    if key not in values or key not in previous:
         return None
-    rise = values[key] - previous[key]
-    return rise / seconds if rise >= 0 else None
+    return counter_rate(previous[key], values[key], seconds)
 
 
 def live_line(
@@ -47,8 +45,8 @@ def live_line(
         parts.append(f"cpu {values['cpu']:.0f}%")
     if "proc.memory.pssMB" in values:  # the job's memory, shared pages counted once
         parts.append(f"pss {values['proc.memory.pssMB'] / 1024:.1f} GiB")
-    gpus = sorted(int(m.group(1)) for k in values if (m := _GPU.fullmatch(k)))
-    for i in gpus:
+    gpus = [g.i for k in values if (g := gpu_key(k)) and not g.process and g.rest == "gpu"]
+    for i in sorted(gpus, key=int):
         gpu = [f"gpu{i} {values[f'gpu.{i}.gpu']:.0f}%"]
         if f"gpu.{i}.memoryAllocatedBytes" in values:
             gpu.append(f"{values[f'gpu.{i}.memoryAllocatedBytes'] / _GiB:.1f} GiB")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from sysmetrics import _optional
-from sysmetrics.descriptions import describe
+from sysmetrics.descriptions import counter_rate, describe, gpu_key, split_node
 from sysmetrics.findings import Finding, findings
 from sysmetrics.runfile import PathLike, Recording, Run, Span, read_run
 
@@ -52,7 +52,6 @@ MAX_KEY_CHARS = 300  # characters of a key in the summary table at most
 
 # Per-core families shown as their mean over the cores.
 _COLLAPSED = ("cpu.{i}.cpu_percent", "trn.{core}.neuroncore_utilization")
-_GPU = re.compile(r"gpu\.(process\.)?(\d+)\.(.+)")
 _NAMES = {
     "cpu": "CPU",
     "memory": "Memory",
@@ -77,16 +76,16 @@ _RSS_NOTE = " (shared pages counted once per process)"
 
 def group_of(key: str) -> str:
     """The group a key is summarised and drawn in: ``"CPU"``, ``"GPU 0"``, ``"Disk"``, ...."""
-    m = _GPU.match(key)
-    if m:
-        return f"GPU {m.group(2)}"
+    gpu = gpu_key(key)
+    if gpu is not None:
+        return f"GPU {gpu.i}"
     if key.endswith("energyJoules"):
         return "Energy"
+    if split_node(key) is not None:  # node{k}/... keys gathered from several nodes
+        return "Nodes"
     head = key.split(".", 1)[0]
     if head == "proc":
         head = key.split(".", 2)[1] if key.count(".") >= 2 else head
-    if "/" in head:  # node{k}/... keys gathered from several nodes
-        return "Nodes"
     return _NAMES.get(head, "Other")
 
 
@@ -126,10 +125,9 @@ def _display(key: str, values: np.ndarray[Any, Any]) -> tuple[str, float, bool]:
     if found is None:
         return "", 1.0, False
     unit, counter = found[0].unit, found[0].kind == "counter"
-    if counter:
-        rates = {"J": ("W", 1.0), "MiB": ("MiB/s", 1.0), "bytes": ("MiB/s", 2.0**-20)}
-        shown, factor = rates.get(unit, (f"{unit}/s", 1.0))
-        return shown, factor, True
+    if counter:  # shown as its rate (bytes/s as MiB/s, like a gauge in bytes/s)
+        unit = found[0].rate_unit
+        return ("MiB/s", 2.0**-20, True) if unit == "bytes/s" else (unit, 1.0, True)
     if unit in ("bytes", "MiB"):
         to_mib = 2.0**-20 if unit == "bytes" else 1.0
         known = values[~np.isnan(values)]
@@ -195,8 +193,8 @@ def series(run: Run) -> list[Series]:
     out: list[Series] = []
     collapsed: dict[str, list[np.ndarray[Any, Any]]] = {}
     for key in sorted(run.columns):
-        m = _GPU.match(key)
-        if m and m.group(1) and f"gpu.{m.group(2)}.{m.group(3)}" in run.columns:
+        gpu = gpu_key(key)
+        if gpu is not None and gpu.process and gpu.device_key in run.columns:
             continue  # gpu.process.{i}.x repeats gpu.{i}.x
         values = np.frombuffer(run.columns[key], dtype=float)
         found = describe(key)
@@ -206,12 +204,8 @@ def series(run: Run) -> list[Series]:
         unit, factor, rate = _display(key, values)
         total = None
         if rate:  # a counter: its increase over each interval, per second
-            rise = np.diff(values)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                ok = (rise >= 0) & (dt > 0)
-                per_s = np.where(ok, rise / dt, np.nan)
-            values = np.concatenate(([np.nan], per_s))
-            total = float(rise[ok].sum()) * factor
+            values, total = _rates(values, dt)
+            total *= factor
         scaled = values if factor == 1 else values * factor
         label = key + _RSS_NOTE if key.startswith(_RSS) else key
         out.append(Series(group_of(key), label, unit, scaled, total))
@@ -223,6 +217,25 @@ def series(run: Run) -> list[Series]:
         out.append(Series(group_of(family), label, "%", mean))
     out.sort(key=lambda s: (_group_order(s.group), s.label))
     return out
+
+
+def _rates(
+    values: np.ndarray[Any, Any], dt: np.ndarray[Any, Any]
+) -> tuple[np.ndarray[Any, Any], float]:
+    """A counter's rate over each interval, and its increase over the run.
+
+    A rate is NaN where :func:`counter_rate` gives none, and for the first sample; the
+    increase is the sum of the increases that have a rate.
+    """
+    import numpy as np
+
+    found = [
+        counter_rate(*interval)
+        for interval in zip(values.tolist(), values[1:].tolist(), dt.tolist())
+    ]
+    ok = np.array([r is not None for r in found], dtype=bool)
+    per_s = np.array([np.nan, *(np.nan if r is None else r for r in found)], dtype=float)
+    return per_s, float(np.diff(values)[ok].sum())
 
 
 @dataclass(frozen=True)
@@ -414,9 +427,9 @@ def _cut(text: str, limit: int) -> str:
 
 def _short(label: str, group: str) -> str:
     """A legend label without what the title says (``gpu.0.temp`` under GPU 0: ``temp``)."""
-    m = _GPU.match(label)
-    if m and group.startswith("GPU"):
-        return ("process " if m.group(1) else "") + m.group(3)
+    gpu = gpu_key(label)
+    if gpu is not None and group.startswith("GPU"):
+        return ("process " if gpu.process else "") + gpu.rest
     return label
 
 

@@ -46,7 +46,6 @@ import importlib.metadata
 import json
 import math
 import os
-import re
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from functools import cached_property
 from typing import Any, Callable, Optional, Union
 
 from sysmetrics import _optional
+from sysmetrics.descriptions import gpu_key
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -64,7 +64,6 @@ MAX_RECORDINGS = 10_000  # recordings (run lines) kept at most; later ones are i
 MAX_FIELD_CHARS = 1000  # characters kept of a marker's string field
 MAX_FIELD_ITEMS = 1000  # items kept of a marker's list field
 
-_GPU_PROCESS_KEY = re.compile(r"gpu\.process\.(\d+)\.")
 _NAN = math.nan
 
 
@@ -302,9 +301,9 @@ class Run:
         """
         used: dict[str, list[bool]] = {}
         for key, column in self.columns.items():
-            m = _GPU_PROCESS_KEY.match(key)
-            if m:
-                flags = used.setdefault(m.group(1), [False] * len(self))
+            gpu = gpu_key(key)
+            if gpu is not None and gpu.process:
+                flags = used.setdefault(gpu.i, [False] * len(self))
                 for j, v in enumerate(column):
                     if v == v:
                         flags[j] = True

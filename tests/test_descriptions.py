@@ -9,6 +9,7 @@ use (``tests/fixtures/``, the NVML stand-in of ``tests/nvml_standin.py``)."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import string
@@ -186,6 +187,31 @@ def test_counters_are_the_cumulative_keys(samples: Samples) -> None:
                 found = describe(key)
                 assert found is not None
                 assert (found[0].kind == "counter") == (c.aggregation(key) == "last"), key
+
+
+def test_the_monitor_aggregates_each_key_as_its_family_says(samples: Samples) -> None:
+    """Counters ``last``, the families with a ``.max`` companion ``peak``, the rest ``mean``.
+
+    Not the IPU's nor the OpenMetrics endpoint's (their collectors decide, as above).
+    """
+    for name, pairs in samples.items():
+        if name in ("ipu", "openmetrics"):
+            continue
+        for c, sample in pairs:
+            for key in sample:
+                found = describe(key)
+                assert found is not None
+                assert c.aggregation(key) == found[0].aggregation, key
+                assert descriptions.aggregation(key) == found[0].aggregation, key
+    # The memory gauges with a ``.max`` companion: the collectors' peak_keys before they
+    # were stated here (nvidia, amd, apple, process, torch_memory, trainium, tpu).
+    assert {d.key for d in DESCRIPTIONS if d.aggregation == "peak"} == {
+        "proc.memory.rssMB", "proc.memory.pssMB", "gpu.{i}.memoryAllocatedBytes",
+        "gpu.process.{i}.memoryAllocatedBytes", "gpu.process.{i}.processMemoryAllocatedBytes",
+        "gpu.{i}.mig.{j}.memoryAllocatedBytes", "gpu.{i}.torch.allocatedBytes",
+        "gpu.{i}.torch.reservedBytes", "trn.host_total_memory_usage",
+        "trn.neuron_device_total_memory_usage", "tpu.{i}.memoryUsageBytes",
+    }  # fmt: skip
 
 
 def test_a_running_monitor_emits_only_described_keys(tmp_path: Path) -> None:
@@ -448,3 +474,114 @@ def test_gpu_process_copies_are_not_exported_again() -> None:
         twin = FAMILIES.get(d.key.replace("gpu.process.", "gpu.", 1))
         if twin is not None:
             assert (d.unit, d.kind) == (twin.unit, twin.kind)
+
+
+# --- 5. the grammar beyond one family: GPU keys, gathered node keys; counter rates -------
+
+
+@pytest.mark.parametrize(
+    ("key", "parts"),
+    [
+        ("gpu.0.gpu", ("0", False, "gpu")),
+        ("gpu.12.mig.3.memoryAllocated", ("12", False, "mig.3.memoryAllocated")),
+        ("gpu.process.1.temp", ("1", True, "temp")),
+        ("gpu.0.somethingNew", ("0", False, "somethingNew")),  # undescribed: still GPU 0's
+        ("gpu.0.memoryAllocatedBytes.max", ("0", False, "memoryAllocatedBytes.max")),
+        ("gpu.x.gpu", None), ("gpu.0.", None), ("gpu.0", None), ("gpu.process.gpu", None),
+        ("node1/gpu.0.gpu", None), ("cpu", None), ("gpus.0.gpu", None), ("gpu.\u0663.gpu", None),
+    ],
+)  # fmt: skip
+def test_gpu_key_splits_the_keys_of_one_gpu(key: str, parts: tuple[str, bool, str] | None) -> None:
+    found = descriptions.gpu_key(key)
+    assert (None if found is None else tuple(found)) == parts
+
+
+def test_a_process_key_names_its_device_twin() -> None:
+    found = descriptions.gpu_key("gpu.process.2.mig.1.memoryAllocatedBytes")
+    assert found is not None and found.device_key == "gpu.2.mig.1.memoryAllocatedBytes"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([d for d in DESCRIPTIONS if d.key.startswith("gpu.")]), st.data())
+def test_every_gpu_family_key_is_a_gpu_key(d: Description, data: Any) -> None:
+    values = {name: data.draw(_VALUES[name], label=name) for name in d.labels}
+    key = d.key.format(**values)
+    found = descriptions.gpu_key(key)
+    assert found is not None and found.i == values["i"]
+    assert found.process == d.key.startswith("gpu.process.")
+    assert found.device_key == key.replace("gpu.process.", "gpu.", 1)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text() | st.text(alphabet="gpu.process0123456789/node_minax", max_size=40))
+def test_key_splitting_never_raises_and_round_trips(key: str) -> None:
+    gpu = descriptions.gpu_key(key)
+    if gpu is not None:
+        prefix = "gpu.process." if gpu.process else "gpu."
+        assert key == f"{prefix}{gpu.i}.{gpu.rest}" and gpu.i.isascii() and gpu.i.isdigit()
+    node = descriptions.split_node(key)
+    if node is not None:
+        assert key == descriptions.node_key(node.node if node.node is not None else node.segment,
+                                            node.key)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.integers(min_value=0, max_value=10**6),
+              st.sampled_from([descriptions.NODES_MIN, descriptions.NODES_MAX])),
+    st.text(),
+)  # fmt: skip
+def test_a_gathered_key_splits_into_its_node_and_key(node: int | str, key: str) -> None:
+    gathered = descriptions.node_key(node, key)
+    assert descriptions.split_node(gathered) == (
+        f"node{node}" if isinstance(node, int) else node,
+        node if isinstance(node, int) else None,
+        key,
+    )
+    assert descriptions.split_node(key if "/" not in key else "cpu") is None
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "seconds", "rate"),
+    [
+        (10.0, 30.0, 2.0, 10.0),
+        (5.0, 5.0, 1.0, 0.0),  # no increase: a rate of 0
+        (30.0, 10.0, 2.0, None),  # a decrease: the counter restarted
+        (10.0, 30.0, 0.0, None),  # no time passed
+        (10.0, 30.0, -1.0, None),  # the clock went back
+        (math.nan, 30.0, 2.0, None),
+        (10.0, math.nan, 2.0, None),
+        (10.0, 30.0, math.nan, None),  # across two recordings
+    ],
+)
+def test_counter_rate(before: float, after: float, seconds: float, rate: float | None) -> None:
+    assert descriptions.counter_rate(before, after, seconds) == rate
+
+
+def test_rate_units() -> None:
+    units = {d.key: d.rate_unit for d in DESCRIPTIONS if d.kind == "counter"}
+    assert units["disk.in"] == "MiB/s" and units["network.sent"] == "bytes/s"
+    assert units["cpu.energyJoules"] == "W" and units["gpu.{i}.correctedMemoryErrors"] == "count/s"
+
+
+def test_a_custom_collectors_lists_come_before_the_descriptions() -> None:
+    """``BaseCollector``: a subclass's ``last_keys``/``peak_keys`` first (its own keys), then
+    the key's family, then ``mean``."""
+    from sysmetrics import BaseCollector
+
+    class Plain(BaseCollector):
+        pass
+
+    class Listed(BaseCollector):
+        last_keys = frozenset({"ticks", "in"})
+        peak_keys = frozenset({"heap"})
+
+    plain, listed = Plain(), Listed()
+    assert [plain.aggregation(k) for k in ("disk.in", "proc.memory.pssMB", "cpu")] == [
+        "last", "peak", "mean",
+    ]  # fmt: skip
+    assert [plain.aggregation(k) for k in ("my.ticks", "my.heap", "gpu.0.new")] == ["mean"] * 3
+    assert [listed.aggregation(k) for k in ("my.ticks", "my.heap", "x.in")] == [
+        "last", "peak", "last",
+    ]  # fmt: skip
+    assert listed.aggregation("gpu.0.memoryAllocatedBytes") == "peak"  # not listed: described

@@ -231,7 +231,6 @@ class AMDCollector(BackgroundCollector):
     """
 
     name = "amd"
-    peak_keys = frozenset({"memoryAllocatedBytes"})
     thread_name = "sysmetrics-amd"
 
     def __init__(

@@ -227,7 +227,6 @@ class AMDSysfsCollector(BaseCollector):
     """
 
     name = "amd-sysfs"
-    peak_keys = frozenset({"memoryAllocatedBytes"})
 
     def __init__(self, cards: Sequence[Card]) -> None:
         self.cards = list(cards)

@@ -99,7 +99,6 @@ class AppleCollector(BackgroundCollector):
     name = "apple"
     thread_name = "sysmetrics-apple"
     join_timeout = 3.0
-    peak_keys = frozenset({"memoryAllocatedBytes"})
 
     def __init__(self, macmon: str | None, total_memory: float, interval: float = 1.0) -> None:
         super().__init__()

@@ -19,18 +19,14 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Literal, NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
+
+from sysmetrics import descriptions
+from sysmetrics.descriptions import Aggregation as Aggregation
 
 # Re-exported (their home is sysmetrics.errors) for code that imports them from here.
 from sysmetrics.errors import SystemMetricsWarning as SystemMetricsWarning
 from sysmetrics.errors import quote as quote
-
-Aggregation = Literal["mean", "last", "peak"]
-"""How the monitor folds a key's samples between two snapshots.
-
-``mean``: gauges, averaged over the window. ``last``: cumulative counters, the latest
-value. ``peak``: gauges averaged, plus a ``<key>.max`` companion with the window's maximum.
-"""
 
 log = logging.getLogger("sysmetrics")
 
@@ -67,10 +63,12 @@ class Collector(Protocol):
 
 
 class BaseCollector:
-    """Convenience base: aggregation looked up by the key's last dotted part.
+    """Convenience base: aggregation from the key's description, or the subclass's lists.
 
-    Subclasses list the last parts of their cumulative keys in ``last_keys`` and of
-    their memory gauges that get a ``.max`` companion in ``peak_keys``; every other key
+    A described key is aggregated as its family says (:mod:`sysmetrics.descriptions`:
+    counters ``last``, memory gauges ``peak``). A subclass emitting keys of its own lists
+    the last parts of its cumulative keys in ``last_keys`` and of its memory gauges that
+    get a ``.max`` companion in ``peak_keys`` (these lists come first); every other key
     is averaged.
     """
 
@@ -83,13 +81,13 @@ class BaseCollector:
         raise NotImplementedError
 
     def aggregation(self, key: str) -> Aggregation:
-        """``last``, ``peak`` or ``mean`` for ``key``, from the class's key lists."""
+        """``last``, ``peak`` or ``mean`` for ``key``: the class's lists, else its description."""
         leaf = key.rsplit(".", 1)[-1]
         if leaf in self.last_keys:
             return "last"
         if leaf in self.peak_keys:
             return "peak"
-        return "mean"
+        return descriptions.aggregation(key)
 
     def close(self) -> None:
         """Nothing to free by default."""

@@ -32,7 +32,6 @@ class DiskCollector(BaseCollector):
     """
 
     name = "disk"
-    last_keys = frozenset({"in", "out"})
 
     def __init__(
         self,

@@ -28,7 +28,6 @@ class NetworkCollector(BaseCollector):
     """
 
     name = "network"
-    last_keys = frozenset({"sent", "recv"})
 
     def __init__(self, source: HostSource, loopback: bool = False) -> None:
         self.source = source

@@ -173,7 +173,6 @@ class OpenMetricsCollector(BackgroundCollector):
     """
 
     name = "openmetrics"
-    last_keys = frozenset()  # counters are told apart by type at parse time
     thread_name = "sysmetrics-openmetrics"
 
     def __init__(

@@ -108,7 +108,6 @@ class ProcessCollector(BaseCollector):
     """
 
     name = "process"
-    peak_keys = frozenset({"rssMB", "pssMB"})
 
     # Under PID churn (other processes forking all the time), at most five walks a second:
     # one per sample at intervals of 0.25 s or more, whatever the timer jitter, and one per

@@ -145,7 +145,6 @@ class RaplCollector(BaseCollector):
     """
 
     name = "rapl"
-    last_keys = frozenset({"energyJoules"})
 
     def __init__(self, zones: list[_Zone], read: Reader = read_uj) -> None:
         self._zones = zones

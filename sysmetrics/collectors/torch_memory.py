@@ -114,7 +114,6 @@ class TorchMemoryCollector(BaseCollector):
     """
 
     name = "torch_memory"
-    peak_keys = frozenset({"allocatedBytes", "reservedBytes"})
 
     def __init__(self) -> None:
         self._devices: int | None = None  # torch.cuda.device_count(), once CUDA is initialised

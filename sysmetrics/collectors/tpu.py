@@ -105,7 +105,6 @@ class TPUCollector(BackgroundCollector):
     """
 
     name = "tpu"
-    peak_keys = frozenset({"memoryUsageBytes"})
     thread_name = "sysmetrics-tpu"
 
     def __init__(self, path: str, poll_interval: float = 10.0) -> None:

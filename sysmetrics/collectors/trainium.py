@@ -126,7 +126,6 @@ class TrainiumCollector(BackgroundCollector):
     thread_name = "sysmetrics-neuron-monitor"
     join_timeout = 3.0
     stale_after = 5.0  # neuron-monitor reports every second
-    peak_keys = frozenset({"host_total_memory_usage", "neuron_device_total_memory_usage"})
 
     def __init__(
         self, path: str, source: HostSource, pid: int | Job, track_process_tree: bool = True

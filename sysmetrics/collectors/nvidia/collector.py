@@ -130,8 +130,6 @@ class NvidiaCollector(MigReading, Attribution, BaseCollector):
     """
 
     name = "nvidia"
-    last_keys = frozenset({"correctedMemoryErrors", "uncorrectedMemoryErrors", "energyJoules"})
-    peak_keys = frozenset({"memoryAllocatedBytes", "processMemoryAllocatedBytes"})
 
     def __init__(
         self,
