@@ -37,6 +37,7 @@ from sysmetrics.collectors.base import SystemMetricsWarning
 from sysmetrics.live import LiveView
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import OPTIONS
+from sysmetrics.options import check as check_options
 from sysmetrics.sinks.jsonl import JsonlSink
 
 if TYPE_CHECKING:
@@ -303,8 +304,8 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     options = _options(args)
     proxy = _Proxy()
     try:  # every option is checked before the command starts, with the monitor's messages
-        SystemMonitor(**options).stop()
-    except (TypeError, ValueError, ImportError, OSError) as exc:
+        check_options(options, options)  # builds no collector: the monitor is, once, below
+    except (TypeError, ValueError, ImportError) as exc:
         parser.error(_in_flags(str(exc)))
     # The exporter before the run file: no file is left behind when it cannot start.
     exporter = _exporter(proxy, args.prometheus_port, parser)
@@ -359,7 +360,14 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             )
         child = children[0]
         try:
-            _watch(child, command, args, options, step_file, proxy)
+            try:  # once: what only a collector can check (a GPU NVML lacks) fails here
+                monitor = SystemMonitor(pid=child.pid, **options)
+            except (TypeError, ValueError, ImportError, OSError) as exc:
+                child.kill()
+                child.wait()
+                _unmake(args.output, made)
+                parser.error(_in_flags(str(exc)))
+            _watch(child, monitor, command, args, step_file, proxy)
         finally:
             if child.poll() is None:  # the recorder failed: never leave the command behind
                 child.kill()
@@ -431,15 +439,14 @@ def _exporter(
 
 def _watch(
     child: subprocess.Popen[bytes],
+    monitor: SystemMonitor,
     command: list[str],
     args: argparse.Namespace,
-    options: dict[str, Any],
     step_file: str,
     proxy: _Proxy,
 ) -> None:
-    """Record ``child``'s tree (running ``command``) into the run file until it exits."""
+    """Record ``child``'s tree (running ``command``) with ``monitor`` until it exits."""
     with contextlib.ExitStack() as stack:
-        monitor = SystemMonitor(pid=child.pid, **options)
         stack.callback(monitor.stop)  # where the sink cannot be made
         sink = JsonlSink(monitor, args.output, command=command)
         ending: dict[str, Any] = {}  # how the command ended, for the run file's end line

@@ -203,8 +203,16 @@ def _disk_paths(value: object) -> tuple[str, ...]:
     return tuple(paths)
 
 
-def _callback_interval(value: object) -> float | None:
-    return None if value is None else check_interval(value)
+def _open_metrics(value: object) -> object:
+    """The endpoints' names and URLs, and the extra they need: no request is made."""
+    if not value:
+        return value  # none: no collector, whatever the value
+    from sysmetrics import _optional
+    from sysmetrics.collectors.openmetrics import check_endpoints
+
+    check_endpoints(value)
+    _optional.prometheus_parser()  # ImportError: the [openmetrics] extra is missing
+    return value
 
 
 def _logging_interval(value: object) -> str:
@@ -380,7 +388,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "open_metrics",
         None,
-        _any,
+        _open_metrics,
         "{name: url} of OpenMetrics/Prometheus endpoints to scrape into "
         "openmetrics.{name}.{metric}.{index} (needs the [openmetrics] extra)",
         flag="--open-metrics",
