@@ -27,7 +27,6 @@ from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOption
 from sysmetrics.reader import Reader
 from sysmetrics.sinks.jsonl import JsonlSink
 
-LOGGING_INTERVALS = opts.LOGGING_INTERVALS
 RUN_FILE = "system_metrics.jsonl"  # the run file's name in the run's log directory
 RUN_FILE_NODE = "system_metrics.node{node}.jsonl"  # the same, one per node on several nodes
 

@@ -17,7 +17,7 @@ from types import TracebackType
 from typing_extensions import Unpack
 
 from sysmetrics import options as opts
-from sysmetrics._checks import positive_int
+from sysmetrics._checks import check_interval, positive_int
 from sysmetrics.collectors.base import Collector, SystemMetricsWarning, quote
 from sysmetrics.collectors.defaults import check_options, host_collectors
 from sysmetrics.descriptions import clamp_percent
@@ -139,7 +139,7 @@ class SystemMonitor:
                 f"SystemMonitor got an unknown option {unknown}; "
                 f"the options are: {', '.join(MONITOR_OPTIONS)}"
             )
-        self.interval = opts.check_interval(interval)
+        self.interval = check_interval(interval)
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock={clock!r} is invalid: use a sysmetrics.monitor.Clock")
         self._clock = clock or Clock()
