@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
 from typing import Any
 
 import keras
+from typing_extensions import Unpack
 
-from sysmetrics import SystemMonitor
 from sysmetrics.callback import CallbackCore, move_to_front
+from sysmetrics.options import CallbackOptions
 from sysmetrics.reader import Reader
 
 from . import _keras
@@ -38,42 +37,26 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
     Keys: every key of :class:`sysmetrics.SystemMonitor`, after ``prefix``.
 
     Args:
-        interval: seconds between samples (default 1.0).
-        logging_interval: ``"epoch"`` (default) or ``"step"``.
-        log_every_n_steps: with ``"step"``, add to every this many batches (default 1).
-        prefix: put before every key (default ``system/``).
-        include: glob patterns of keys to keep (default all).
-        exclude: glob patterns of keys to leave out.
-        console: also show the metrics in the progress bar.
-        monitor: a running or new :class:`sysmetrics.SystemMonitor` to share (with an
-            exporter, a run file, another callback); read through a reader of its own,
-            started if needed, never stopped by the callback.
-        run_file: also write every sample with its training step to this JSON-lines file.
-        **monitor_options: passed to :class:`sysmetrics.SystemMonitor`.
+        **options: the callback's options and :class:`sysmetrics.SystemMonitor`'s, each
+            declared once in :data:`sysmetrics.options.OPTIONS` (type, default, help). Here
+            ``logging_interval`` is ``"epoch"`` by default, with ``"step"``
+            ``log_every_n_steps`` counts batches (default 1), ``console=True`` shows the
+            metrics in the progress bar, and ``run_file`` takes a path (Keras has no run
+            log directory for ``True``).
 
     Raises:
         TypeError, ValueError: an invalid option, at construction.
 
     """
 
-    def __init__(
-        self,
-        interval: float | None = None,
-        logging_interval: str = "epoch",
-        log_every_n_steps: int | None = None,
-        prefix: str = "system/",
-        include: str | Iterable[str] | None = None,
-        exclude: str | Iterable[str] | None = None,
-        console: bool = False,
-        monitor: SystemMonitor | None = None,
-        run_file: str | os.PathLike[str] | bool | None = None,
-        **monitor_options: Any,
-    ) -> None:
+    def __init__(self, **options: Unpack[CallbackOptions]) -> None:
         super().__init__()
         self.core = CallbackCore(
-            interval, logging_interval, log_every_n_steps, prefix, include, exclude, console,
-            monitor, run_file, owner=type(self).__name__, run_dirs=False, **monitor_options,
-        )  # fmt: skip
+            owner=type(self).__name__,
+            run_dirs=False,
+            defaults={"logging_interval": "epoch"},
+            **options,
+        )
         self._batches = 0  # batches trained in this fit, at the end of the previous call
         self._epoch_start = 0  # ... at the start of this epoch
         self._per_call = 1  # batches per on_train_batch_end call

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import functools
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
-from typing_extensions import override
+from typing_extensions import Unpack, override
 
-from sysmetrics import SystemMonitor
 from sysmetrics.callback import CallbackCore
+from sysmetrics.options import CallbackOptions
 
 from . import _lightning
 
@@ -44,19 +43,11 @@ class SystemMetricsCallback(Callback):
     (``log_every_n_steps``), so the stopping step gets no extra point.
 
     Args:
-        interval: seconds between samples (default 1.0).
-        logging_interval: ``"step"`` or ``"epoch"``.
-        log_every_n_steps: log every this many optimizer steps; None follows the trainer.
-        prefix: put before every key (default ``system/``).
-        include: glob patterns of keys to keep (default all), e.g. ``["cpu", "proc.*"]``.
-        exclude: glob patterns of keys to leave out.
-        console: also show the latest logged metrics in the progress bar.
-        monitor: a running or new :class:`sysmetrics.SystemMonitor` to share (with an
-            exporter, a run file, another callback); read through a reader of its own,
-            started if needed, never stopped by the callback.
-        run_file: also write every sample with its training step to this JSON-lines file;
-            True for ``system_metrics.jsonl`` in the run's log directory (``trainer.log_dir``).
-        **monitor_options: passed to :class:`sysmetrics.SystemMonitor`.
+        **options: the callback's options and :class:`sysmetrics.SystemMonitor`'s, each
+            declared once in :data:`sysmetrics.options.OPTIONS` (type, default, help). Here
+            ``log_every_n_steps`` counts optimizer steps (None follows the trainer),
+            ``console=True`` shows the latest logged metrics in the progress bar, and
+            ``run_file=True`` writes ``system_metrics.jsonl`` in ``trainer.log_dir``.
 
     Raises:
         TypeError, ValueError: an invalid option, at construction.
@@ -64,23 +55,8 @@ class SystemMetricsCallback(Callback):
 
     """
 
-    def __init__(
-        self,
-        interval: float | None = None,
-        logging_interval: str = "step",
-        log_every_n_steps: int | None = None,
-        prefix: str = "system/",
-        include: str | Iterable[str] | None = None,
-        exclude: str | Iterable[str] | None = None,
-        console: bool = False,
-        monitor: SystemMonitor | None = None,
-        run_file: str | os.PathLike[str] | bool | None = None,
-        **monitor_options: Any,
-    ) -> None:
-        self.core = CallbackCore(
-            interval, logging_interval, log_every_n_steps, prefix, include, exclude, console,
-            monitor, run_file, owner=type(self).__name__, **monitor_options,
-        )  # fmt: skip
+    def __init__(self, **options: Unpack[CallbackOptions]) -> None:
+        self.core = CallbackCore(owner=type(self).__name__, **options)
         self._shown: dict[str, float] = {}
 
     @override

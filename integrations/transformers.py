@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import math
-import os
 import warnings
-from collections.abc import Iterable
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from typing_extensions import Unpack
 
-from sysmetrics import SystemMetricsWarning, SystemMonitor
+from sysmetrics import SystemMetricsWarning
 from sysmetrics.callback import CallbackCore, move_to_front
+from sysmetrics.options import CallbackOptions
 
 from . import _transformers
 
@@ -48,43 +48,20 @@ class SystemMetricsCallback(TrainerCallback):
     Keys: every key of :class:`sysmetrics.SystemMonitor`, after ``prefix``.
 
     Args:
-        interval: seconds between samples (default 1.0).
-        logging_interval: ``"step"`` or ``"epoch"``.
-        log_every_n_steps: log every this many optimizer steps; None follows the Trainer.
-        prefix: put before every key (default ``system/``).
-        include: glob patterns of keys to keep (default all).
-        exclude: glob patterns of keys to leave out.
-        console: also print the metrics with the Trainer's console logs.
-        monitor: a running or new :class:`sysmetrics.SystemMonitor` to share (with an
-            exporter, a run file, another callback); read through a reader of its own,
-            started if needed, never stopped by the callback.
-        run_file: also write every sample with its training step to this JSON-lines file;
-            True for ``system_metrics.jsonl`` in the run's log directory
-            (``args.logging_dir``, else ``args.output_dir``).
-        **monitor_options: passed to :class:`sysmetrics.SystemMonitor`.
+        **options: the callback's options and :class:`sysmetrics.SystemMonitor`'s, each
+            declared once in :data:`sysmetrics.options.OPTIONS` (type, default, help). Here
+            ``log_every_n_steps`` counts optimizer steps (None follows the Trainer),
+            ``console=True`` prints the metrics with the Trainer's console logs, and
+            ``run_file=True`` writes ``system_metrics.jsonl`` in ``args.logging_dir``, else
+            ``args.output_dir``.
 
     Raises:
         TypeError, ValueError: an invalid option, at construction.
 
     """
 
-    def __init__(
-        self,
-        interval: float | None = None,
-        logging_interval: str = "step",
-        log_every_n_steps: int | None = None,
-        prefix: str = "system/",
-        include: str | Iterable[str] | None = None,
-        exclude: str | Iterable[str] | None = None,
-        console: bool = False,
-        monitor: SystemMonitor | None = None,
-        run_file: str | os.PathLike[str] | bool | None = None,
-        **monitor_options: Any,
-    ) -> None:
-        self.core = CallbackCore(
-            interval, logging_interval, log_every_n_steps, prefix, include, exclude, console,
-            monitor, run_file, owner=type(self).__name__, **monitor_options,
-        )  # fmt: skip
+    def __init__(self, **options: Unpack[CallbackOptions]) -> None:
+        self.core = CallbackCore(owner=type(self).__name__, **options)
         self._last_step = -1  # the step of the latest point
         self._last_log = -1  # the step of the Trainer's latest training log
         self._epoch_due = False  # an epoch ended (or training will) and has no point yet

@@ -1,9 +1,20 @@
-"""Shape checks shared by the options of the monitor, the collectors and the callbacks."""
+"""The checks of the options declared in :mod:`sysmetrics.options`, and record's flag parsers.
+
+Each check returns the value to use, or raises TypeError/ValueError naming the option,
+the value and what is allowed.
+"""
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
+
+MIN_INTERVAL = 0.01  # seconds
+MAX_INTERVAL = 3600.0  # seconds
+LOGGING_INTERVALS = ("step", "epoch")
 
 
 def positive_int(value: object) -> int | None:
@@ -27,3 +38,199 @@ def one_or_many(value: object, one: type | tuple[type, ...]) -> list[object] | N
     if isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)):
         return list(value)
     return None
+
+
+def check_any(value: object) -> object:
+    return value  # checked by the code that takes it, with its own message
+
+
+def check_engine(value: object) -> object:
+    return value  # collectors= and clock= are checked by SystemMonitor itself
+
+
+def check_bool(name: str) -> Callable[[object], bool]:
+    def check(value: object) -> bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}={value!r} is invalid: use True or False")
+        return value
+
+    return check
+
+
+def check_interval(interval: object) -> float:
+    """``interval`` as a float: any real number (numpy's included) but bool, in range."""
+    # bool is an int to Python.
+    if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
+        raise TypeError(
+            f"interval={interval!r} is invalid: it must be a number of seconds "
+            f"between {MIN_INTERVAL} and {MAX_INTERVAL:g}"
+        )
+    value = float(interval)
+    if not (math.isfinite(value) and MIN_INTERVAL <= value <= MAX_INTERVAL):
+        raise ValueError(
+            f"interval={interval!r} is invalid: it must be a number of seconds "
+            f"between {MIN_INTERVAL} and {MAX_INTERVAL:g}"
+        )
+    return value
+
+
+def check_pid(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"pid={value!r} is invalid: it must be a positive process id")
+    import psutil
+
+    if not psutil.pid_exists(value):
+        raise ValueError(f"pid={value!r} is invalid: no such process")
+    return value
+
+
+def check_max_series(value: object) -> int:
+    n = positive_int(value)
+    if n is None:
+        raise ValueError(
+            f"open_metrics_max_series={value!r} is invalid: it must be a positive integer "
+            "(series kept per endpoint)"
+        )
+    return n
+
+
+def check_disk_paths(value: object) -> tuple[str, ...]:
+    items = one_or_many(value, (str, os.PathLike))
+    if items is None:
+        raise TypeError(
+            f"disk_paths={value!r} is invalid: use a path or a list of paths whose "
+            "filesystems to watch (an empty list for none)"
+        )
+    paths: list[str] = []
+    for item in items:
+        p = os.fspath(item) if isinstance(item, (str, os.PathLike)) else None
+        if not isinstance(p, str):
+            raise TypeError(
+                f"disk_paths contains {item!r}, which is not a path: each entry must be a "
+                "string or os.PathLike naming an existing path"
+            )
+        paths.append(p)
+    for p in paths:
+        if not os.path.exists(p):
+            raise ValueError(
+                f"disk_paths contains {p!r}, which does not exist: each entry must be an "
+                "existing path whose filesystem to watch"
+            )
+    return tuple(paths)
+
+
+def check_open_metrics(value: object) -> object:
+    """The endpoints' names and URLs, and the extra they need: no request is made."""
+    if not value:
+        return value  # none: no collector, whatever the value
+    from sysmetrics import _optional
+    from sysmetrics.collectors.openmetrics import check_endpoints
+
+    check_endpoints(value)
+    _optional.prometheus_parser()  # ImportError: the [openmetrics] extra is missing
+    return value
+
+
+def check_logging_interval(value: object) -> str:
+    if value not in LOGGING_INTERVALS:
+        raise ValueError(f"logging_interval={value!r} is invalid: use 'step' or 'epoch'")
+    return str(value)
+
+
+def check_every(value: object) -> int | None:
+    every = None if value is None else positive_int(value)
+    if value is not None and every is None:
+        raise ValueError(
+            f"log_every_n_steps={value!r} is invalid: use a positive integer, "
+            "or None for the framework's own logging cadence"
+        )
+    return every
+
+
+def check_prefix(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"prefix={value!r} is invalid: it must be a string (may be empty)")
+    return value
+
+
+def check_patterns(name: str) -> Callable[[object], tuple[str, ...]]:
+    def check(value: object) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        items = one_or_many(value, str)
+        if items is None:
+            raise TypeError(
+                f"{name}={value!r} is invalid: use a glob pattern or a list of glob patterns "
+                "on metric keys, such as 'cpu' or ['cpu', 'proc.*']"
+            )
+        patterns: list[str] = []
+        for p in items:
+            if not isinstance(p, str) or not p:
+                raise TypeError(
+                    f"{name} contains {p!r}: each entry must be a non-empty glob pattern on "
+                    "metric keys, such as 'cpu' or 'disk.*'"
+                )
+            patterns.append(p)
+        return tuple(patterns)
+
+    return check
+
+
+def check_monitor(value: object) -> object:
+    from sysmetrics.monitor import SystemMonitor
+
+    if value is not None and not isinstance(value, SystemMonitor):
+        raise TypeError(
+            f"monitor={value!r} is invalid: use a sysmetrics.SystemMonitor to share, "
+            "or None for the callback's own"
+        )
+    return value
+
+
+def check_run_file_option(value: object) -> object:
+    from sysmetrics.callback import check_run_file  # with the framework's context there
+
+    return check_run_file(value, "SystemMetricsCallback", run_dirs=True)
+
+
+# -- record's flag parsers ----------------------------------------------------------------
+
+
+def parse_seconds(text: str) -> float:
+    """An int where the text is one (so messages show the value as given), else a float.
+
+    The range is the option's check's, with its message.
+    """
+    import argparse
+
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is invalid: it must be a number of seconds"
+        ) from None
+
+
+def parse_gpu_ids(text: str) -> list[int | str]:
+    """``0,1`` or UUIDs, comma-separated: indices as ints, the rest as given."""
+    return [int(i) if i.strip().isdigit() else i.strip() for i in text.split(",") if i.strip()]
+
+
+def parse_endpoint(text: str) -> tuple[str, str]:
+    import argparse
+
+    name, sep, url = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: use name=url")
+    return name, url
+
+
+def absolute_paths(paths: list[str]) -> list[str]:
+    """The paths made absolute: a disk path is part of the metric keys."""
+    return [os.path.abspath(p) if p else p for p in paths]

@@ -6,74 +6,30 @@ each framework's own callback class.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
+from typing_extensions import Unpack
+
 from sysmetrics import _watch, distributed
-from sysmetrics._checks import one_or_many, positive_int
+from sysmetrics import options as opts
+from sysmetrics._checks import one_or_many
+from sysmetrics.callback_run import Run
 from sysmetrics.descriptions import split_node
 from sysmetrics.errors import SystemMetricsWarning, quote
-from sysmetrics.monitor import MONITOR_OPTIONS, SystemMonitor
+from sysmetrics.monitor import SystemMonitor
+from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOptions
 from sysmetrics.reader import Reader
 from sysmetrics.sinks.jsonl import JsonlSink
 
-LOGGING_INTERVALS = ("step", "epoch")
-
-
-CALLBACK_OPTIONS = (
-    "interval",
-    "logging_interval",
-    "log_every_n_steps",
-    "prefix",
-    "include",
-    "exclude",
-    "console",
-    "monitor",
-    "run_file",
-)
 RUN_FILE = "system_metrics.jsonl"  # the run file's name in the run's log directory
 RUN_FILE_NODE = "system_metrics.node{node}.jsonl"  # the same, one per node on several nodes
-# What users of the frameworks type for our options: each framework's own name for it.
-_ALIASES = {
-    "logging_steps": "log_every_n_steps",  # transformers' TrainingArguments
-    "every_n_steps": "log_every_n_steps",
-    "logging_strategy": "logging_interval",  # transformers
-    "update_freq": "logging_interval",  # Keras' TensorBoard
-    "prog_bar": "console",  # Lightning's self.log
-    "progress_bar": "console",
-    "verbose": "console",
-    "sampling_interval": "interval",
-    "system_monitor": "monitor",
-    "jsonl": "run_file",
-    "log_file": "run_file",
-}
-
-
-def _patterns(name: str, value: object) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    items = one_or_many(value, str)
-    if items is None:
-        raise TypeError(
-            f"{name}={value!r} is invalid: use a glob pattern or a list of glob patterns on "
-            "metric keys, such as 'cpu' or ['cpu', 'proc.*']"
-        )
-    patterns: list[str] = []
-    for p in items:
-        if not isinstance(p, str) or not p:
-            raise TypeError(
-                f"{name} contains {p!r}: each entry must be a non-empty glob pattern on metric "
-                "keys, such as 'cpu' or 'disk.*'"
-            )
-        patterns.append(p)
-    return tuple(patterns)
 
 
 def _elsewhere(message: str) -> None:
@@ -103,9 +59,15 @@ def _disk_paths_here(value: object) -> object:
     return kept
 
 
-def _check_run_file(
+def check_run_file(
     value: object, owner: str, run_dirs: bool, elsewhere: bool = False
 ) -> str | bool | None:
+    """The ``run_file`` option checked: None, True (the run's log directory) or a path.
+
+    ``owner`` names the callback in the message; ``run_dirs``: whether its framework has
+    a run log directory; ``elsewhere``: inside a distributed run, a path that cannot be
+    written here is left out with a warning instead of an error.
+    """
     if value is None or value is False:
         return None
     if value is True:
@@ -140,17 +102,14 @@ def _check_run_file(
 
 
 def _check_unknown(owner: str, options: Mapping[str, object]) -> None:
-    unknown = sorted(k for k in options if k not in MONITOR_OPTIONS)
-    if not unknown:
-        return
-    name = unknown[0]
-    close = _ALIASES.get(name) or next(
-        iter(difflib.get_close_matches(name, CALLBACK_OPTIONS + MONITOR_OPTIONS, n=1)), None
+    unknown = opts.unknown(
+        options, tuple(opts.BY_NAME), CALLBACK_OPTIONS + MONITOR_OPTIONS, aliases=True
     )
-    hint = f" (did you mean {close!r}?)" if close else ""
+    if unknown is None:
+        return
     monitor_only = [o for o in MONITOR_OPTIONS if o not in CALLBACK_OPTIONS]
     raise TypeError(
-        f"{owner} got an unknown option {name!r}{hint}; its options are: "
+        f"{owner} got an unknown option {unknown}; its options are: "
         f"{', '.join(CALLBACK_OPTIONS)}, and SystemMonitor's: {', '.join(monitor_only)}"
     )
 
@@ -159,27 +118,12 @@ class CallbackCore:
     """Options and monitor lifecycle common to every framework callback.
 
     Args:
-        interval: seconds between samples (see :class:`~sysmetrics.SystemMonitor`).
-        logging_interval: ``"step"`` or ``"epoch"``.
-        log_every_n_steps: with ``"step"``, log every this many steps; None follows the
-            framework's own logging cadence.
-        prefix: put before every key, its trailing ``/`` replaced by the logger's group
-            separator where the logger has one.
-        include: glob patterns (``fnmatch``) on the un-prefixed keys to keep; all by default.
-        exclude: glob patterns of keys to leave out, applied after ``include``.
-        console: also show the metrics where the framework prints its logs (progress bar,
-            printed log lines); by default they reach the loggers only.
-        monitor: sample with this (shared) monitor instead of one of the callback's own;
-            the callback reads it through a reader of its own, starts it if it is not
-            running, and never stops it. Excludes ``interval`` and ``monitor_options``.
-        run_file: also write every sample, with the training step, to this JSON-lines
-            file (see :class:`~sysmetrics.sinks.jsonl.JsonlSink`); True for
-            ``system_metrics.jsonl`` in the run's log directory, where the framework has
-            one (``run_dirs`` says whether it does).
         owner: the callback's name, for error messages.
         run_dirs: whether the framework has a run log directory for ``run_file=True``.
-        monitor_options: passed to :class:`~sysmetrics.SystemMonitor` (``disk_paths``,
-            ``track_process_tree``, ...).
+        defaults: the framework's own defaults of some options (Keras: ``logging_interval``).
+        **options: the callback's options and ``SystemMonitor``'s, each declared in
+            :data:`sysmetrics.options.OPTIONS` (:class:`~sysmetrics.options.CallbackOptions`).
+            ``monitor=`` excludes ``interval`` and the monitor's options.
 
     Raises:
         TypeError, ValueError: an option is unknown or invalid (raised at construction).
@@ -188,33 +132,25 @@ class CallbackCore:
 
     def __init__(
         self,
-        interval: float | None = None,
-        logging_interval: str = "step",
-        log_every_n_steps: int | None = None,
-        prefix: str = "system/",
-        include: str | Iterable[str] | None = None,
-        exclude: str | Iterable[str] | None = None,
-        console: bool = False,
-        monitor: SystemMonitor | None = None,
-        run_file: str | os.PathLike[str] | bool | None = None,
         owner: str = "SystemMetricsCallback",
         run_dirs: bool = True,
-        **monitor_options: Any,
+        defaults: Mapping[str, object] | None = None,
+        **options: Unpack[CallbackOptions],
     ) -> None:
-        _check_unknown(owner, monitor_options)
+        _check_unknown(owner, options)
+        given: dict[str, Any] = {**(defaults or {}), **options}
+        own = {k: given.pop(k) for k in CALLBACK_OPTIONS if k in given}
+        interval, monitor = own.pop("interval", None), own.pop("monitor", None)
+        monitor_options = given  # SystemMonitor's
         if monitor is not None:
-            if not isinstance(monitor, SystemMonitor):
+            opts.BY_NAME["monitor"].check(monitor)
+            configured = sorted(monitor_options) + (["interval"] if interval is not None else [])
+            if configured:
                 raise TypeError(
-                    f"monitor={monitor!r} is invalid: use a sysmetrics.SystemMonitor to share, "
-                    "or None for the callback's own"
-                )
-            given = sorted(monitor_options) + (["interval"] if interval is not None else [])
-            if given:
-                raise TypeError(
-                    f"{owner} got {', '.join(given)} with monitor=: those configure the "
+                    f"{owner} got {', '.join(configured)} with monitor=: those configure the "
                     "callback's own monitor; configure the monitor you pass instead"
                 )
-            if monitor._state == "stopped":
+            if monitor.stopped:
                 raise ValueError(
                     "monitor= is a stopped SystemMonitor, which cannot sample again: pass a "
                     "new or running one"
@@ -223,27 +159,14 @@ class CallbackCore:
         # a distributed run one that does not hold here is left out with a warning, as
         # an error on some ranks only would leave the others waiting for them.
         elsewhere = distributed.launched()
-        self.run_file = _check_run_file(run_file, owner, run_dirs, elsewhere)
-        if logging_interval not in LOGGING_INTERVALS:
-            raise ValueError(
-                f"logging_interval={logging_interval!r} is invalid: use 'step' or 'epoch'"
-            )
-        every = None if log_every_n_steps is None else positive_int(log_every_n_steps)
-        if log_every_n_steps is not None and every is None:
-            raise ValueError(
-                f"log_every_n_steps={log_every_n_steps!r} is invalid: use a positive integer, "
-                "or None for the framework's own logging cadence"
-            )
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix={prefix!r} is invalid: it must be a string (may be empty)")
-        if not isinstance(console, bool):
-            raise TypeError(f"console={console!r} is invalid: use True or False")
-        self.logging_interval = logging_interval
-        self.log_every_n_steps = every
-        self.prefix = prefix
-        self.include = _patterns("include", include)
-        self.exclude = _patterns("exclude", exclude)
-        self.console = console
+        self.run_file = check_run_file(own.pop("run_file", None), owner, run_dirs, elsewhere)
+        checked = opts.check(CALLBACK_OPTIONS[1:], own)  # interval is the monitor's
+        self.logging_interval: str = checked["logging_interval"]
+        self.log_every_n_steps: int | None = checked["log_every_n_steps"]
+        self.prefix: str = checked["prefix"]
+        self.include: tuple[str, ...] = checked["include"]
+        self.exclude: tuple[str, ...] = checked["exclude"]
+        self.console: bool = checked["console"]
         self.monitor_options: dict[str, Any] = {
             "interval": 1.0 if interval is None else interval,
             **monitor_options,
@@ -256,17 +179,28 @@ class CallbackCore:
         self._unstarted: SystemMonitor | None = (
             self._new_monitor(elsewhere) if monitor is None else None
         )
-        self.monitor: SystemMonitor | None = None  # the monitor of the current run
-        self.reader: Reader | None = None  # this run's reader of it
-        self._extra: list[Reader] = []  # more readers of this run (Keras: the epochs')
-        self._sink: JsonlSink | None = None
-        self.layout: distributed.Layout | None = None  # the run's ranks and nodes
-        self._names: dict[tuple[str, str], str | None] = {}
+        self._names: dict[tuple[str, str], str | None] = {}  # (key, separator) -> name
         self._produced: set[str] = set()  # every name ``named()`` has given out
         self._lock = threading.Lock()
-        self._run = 0
-        self._cancel_watch: Callable[[], None] | None = None
-        self._cleanup: Callable[[], None] | None = None
+        self.run: Run | None = None  # the current (or latest) run
+
+    @property
+    def monitor(self) -> SystemMonitor | None:
+        """The monitor of the current run; None between runs or where none samples."""
+        run = self.run
+        return None if run is None else run.monitor
+
+    @property
+    def reader(self) -> Reader | None:
+        """The current run's reader of its monitor; None between runs."""
+        run = self.run
+        return None if run is None else run.reader
+
+    @property
+    def layout(self) -> distributed.Layout | None:
+        """The latest run's ranks and nodes; None before the first."""
+        run = self.run
+        return None if run is None else run.layout
 
     def _new_monitor(self, elsewhere: bool) -> SystemMonitor:
         """The callback's own monitor, checking every option with the monitor's messages.
@@ -293,9 +227,8 @@ class CallbackCore:
         # builds its own at start.
         state = self.__dict__.copy()
         state["_unstarted"] = state["shared"] = None  # a shared monitor stays in its process
-        state["layout"] = None
+        state["run"] = None
         state["_lock"] = None
-        state["_cancel_watch"] = state["_cleanup"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -328,26 +261,25 @@ class CallbackCore:
 
         """
         self.stop()
-        self.layout = distributed.layout(node)  # a collective: before anything may fail
+        layout = distributed.layout(node)  # a collective: before anything may fail
         with self._lock:
-            self._run += 1
-            run = self._run
+            run = self.run = Run(layout, self.shared)
             own, self._unstarted = self._unstarted, None
-            self._cleanup = cleanup
+            run.cleanup = cleanup
             try:
                 if sample:
-                    self._open(own, run_dir, step)
+                    self._open(run, own, run_dir, step)
                 elif own is not None:
                     own.stop()  # frees what its collectors opened
                 if watch is not None:
-                    self._cancel_watch = _watch.watch(watch, lambda: self._end(run))
+                    run.cancel_watch = _watch.watch(watch, lambda: self._end(run))
             except RuntimeError as exc:  # "can't start new thread" (pids.max, ulimit -u)
                 # Training goes on exactly as without the callback: no metrics from this
                 # process, but its hooks stay, so in a multi-node run it still joins every
                 # gather (sending nothing) and no other rank waits for it.
                 if own is not None:
                     own.stop()
-                self._close_locked()
+                run.close()
                 warnings.warn(
                     f"sysmetrics: the system monitor could not start, training goes on "
                     f"without system metrics from this process: {type(exc).__name__}: "
@@ -356,18 +288,20 @@ class CallbackCore:
                     stacklevel=3,
                 )
 
-    def _open(self, own: SystemMonitor | None, run_dir: str | None, step: int | None) -> None:
+    def _open(
+        self, run: Run, own: SystemMonitor | None, run_dir: str | None, step: int | None
+    ) -> None:
         """Open the run's monitor, reader and run file (under the lock).
 
         The run file is opened before the monitor starts, so it gets the first sample
         (the one the loggers get at the first logging point), stamped with ``step``.
         """
-        if self.shared is None:
+        if run.shared is None:
             monitor = own or SystemMonitor(**self.monitor_options)
-            self.reader = monitor.default_reader
+            run.reader = monitor.default_reader
         else:
-            monitor = self.shared
-            if monitor._state == "stopped":
+            monitor = run.shared
+            if monitor.stopped:
                 warnings.warn(
                     "sysmetrics: the monitor given to the callback was stopped; this run "
                     "logs no system metrics",
@@ -375,18 +309,17 @@ class CallbackCore:
                     stacklevel=4,
                 )
                 return
-            self.reader = monitor.reader()
-        self.monitor = monitor
+            run.reader = monitor.reader()
+        run.monitor = monitor
         if step is not None:
             monitor.step = step
-        if self.layout is not None:
-            monitor.job.watch(self.layout.local_pids)  # every rank on this node
-        self._open_run_file(monitor, run_dir)
+        monitor.job.watch(run.layout.local_pids)  # every rank on this node
+        self._open_run_file(run, monitor, run_dir)
         monitor.start()  # idempotent; the user stops a shared one
 
-    def _open_run_file(self, monitor: SystemMonitor, run_dir: str | None) -> None:
+    def _open_run_file(self, run: Run, monitor: SystemMonitor, run_dir: str | None) -> None:
         """The run's run file; on several nodes one per node under ``run_file=True``."""
-        layout = self.layout or distributed.Layout(0, (0,), ())
+        layout = run.layout
         path = self.run_file
         if path is True:
             name = RUN_FILE_NODE.format(node=layout.node) if layout.multi_node else RUN_FILE
@@ -395,9 +328,7 @@ class CallbackCore:
             try:
                 if run_dir is not None:
                     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-                self._sink = JsonlSink(
-                    monitor, path, node=layout.node, multi_node=layout.multi_node
-                )
+                run.sink = JsonlSink(monitor, path, node=layout.node, multi_node=layout.multi_node)
             except OSError as exc:
                 warnings.warn(
                     f"sysmetrics: the run file cannot be written, training goes on without "
@@ -409,10 +340,11 @@ class CallbackCore:
     def extra_reader(self) -> Reader | None:
         """Another reader of this run's monitor, closed when the run ends; None if none."""
         with self._lock:
-            if self.monitor is None:
+            run = self.run
+            if run is None or run.monitor is None:
                 return None
-            reader = self.monitor.reader()
-            self._extra.append(reader)
+            reader = run.monitor.reader()
+            run.extra.append(reader)
             return reader
 
     def set_step(self, step: int) -> None:
@@ -427,42 +359,13 @@ class CallbackCore:
         ``failed``: training raised (the run file's ``end`` line says ``"failed"``).
         """
         with self._lock:
-            self._end_locked(failed)
+            if self.run is not None:
+                self.run.end(failed)
 
-    def _end(self, run: int) -> None:
+    def _end(self, run: Run) -> None:
         with self._lock:
-            if run == self._run:  # not a later run started since: training raised
-                self._end_locked(failed=True)
-
-    def _end_locked(self, failed: bool = False) -> None:
-        cancel, self._cancel_watch = self._cancel_watch, None
-        cleanup, self._cleanup = self._cleanup, None
-        if cancel is not None:
-            cancel()
-        try:
-            if cleanup is not None:
-                cleanup()
-        finally:
-            self._close_locked(end={"status": "failed" if failed else "finished"})
-
-    def _close_locked(self, end: Mapping[str, Any] | None = None) -> None:
-        """Close the run's readers and run file, and stop the monitor it started.
-
-        ``end``: more fields for the run file's end line (``status``).
-        """
-        monitor, self.monitor = self.monitor, None
-        readers = [self.reader, *self._extra]
-        self.reader, self._extra = None, []
-        sink, self._sink = self._sink, None
-        if monitor is not None and monitor is self.shared:
-            monitor.step = None  # its samples after training belong to no step
-        elif monitor is not None:
-            monitor.stop()  # its last sample, with the last step, reaches the run file
-        for reader in readers:
-            if reader is not None:
-                reader.close()
-        if sink is not None:
-            sink.close(end=end)
+            if run is self.run:  # not a later run started since: training raised
+                run.end(failed=True)
 
     def snapshot(self, reader: Reader | None = None, repeat: bool = False) -> dict[str, float]:
         """A new window of the run's reader (or ``reader``); empty where nothing samples.

@@ -36,6 +36,8 @@ from sysmetrics import report, runfile, steps
 from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.live import LiveView
 from sysmetrics.monitor import SystemMonitor
+from sysmetrics.options import OPTIONS
+from sysmetrics.options import check as check_options
 from sysmetrics.sinks.jsonl import JsonlSink
 
 if TYPE_CHECKING:
@@ -47,23 +49,6 @@ STEP_POLL = 0.1  # longest seconds between two reads of the step file
 STEP_TRIES = 20  # reads of the step file at most, until two in a row agree
 
 
-def _seconds(text: str) -> float:
-    """An int where the text is one (so messages show the value as given), else a float.
-
-    The range is the monitor's to check, with its message.
-    """
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is invalid: it must be a number of seconds"
-        ) from None
-
-
 def _port(text: str) -> int:
     """A TCP port, 0 to 65535 (0: the system picks a free one)."""
     try:
@@ -73,18 +58,6 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text} is invalid: use 0 to 65535 (0 picks a free port)")
     return port
-
-
-def _gpu_ids(text: str) -> list[int | str]:
-    """``0,1`` or UUIDs, comma-separated: indices as ints, the rest as given."""
-    return [int(i) if i.strip().isdigit() else i.strip() for i in text.split(",") if i.strip()]
-
-
-def _endpoint(text: str) -> tuple[str, str]:
-    name, sep, url = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid: use name=url")
-    return name, url
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -106,38 +79,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         metavar="PATH",
         help="the run file, created or appended to (default: %(default)s)",
     )
-    rec.add_argument(
-        "--interval",
-        type=_seconds,
-        default=1.0,
-        metavar="S",
-        help="seconds between samples, 0.01 to 3600 (default: %(default)s)",
-    )
-    rec.add_argument(
-        "--disk-path",
-        action="append",
-        dest="disk_paths",
-        metavar="PATH",
-        help="a path whose filesystem to report, made absolute (repeatable; default: /)",
-    )
-    rec.add_argument(
-        "--gpu-ids",
-        type=_gpu_ids,
-        metavar="IDS",
-        help="NVIDIA GPUs to watch: indices or UUIDs, comma-separated (default: all)",
-    )
-    rec.add_argument(
-        "--open-metrics",
-        type=_endpoint,
-        action="append",
-        metavar="NAME=URL",
-        help="an OpenMetrics endpoint to scrape (repeatable)",
-    )
-    rec.add_argument(
-        "--network-loopback",
-        action="store_true",
-        help="count loopback interfaces (lo) in network.* (default: left out)",
-    )
+    add_flags(rec)
     rec.add_argument(
         "--prometheus-port",
         type=_port,
@@ -281,13 +223,37 @@ def _own_group() -> Callable[[], None]:
     return setup
 
 
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Add a flag for each option declared with one (:data:`sysmetrics.options.OPTIONS`)."""
+    for o in FLAGGED:
+        assert o.flag is not None and o.cli is not None
+        if o.cli.metavar is None:  # a switch
+            parser.add_argument(o.flag, dest=o.name, action="store_true", help=o.cli.help)
+            continue
+        parser.add_argument(
+            o.flag,
+            dest=o.name,
+            type=o.cli.parse or str,
+            action="append" if o.cli.repeatable else "store",
+            default=o.default if o.name == "interval" else None,
+            metavar=o.cli.metavar,
+            help=o.cli.help,
+        )
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The monitor's options record's flags set (a flag not given leaves its default)."""
+    options: dict[str, Any] = {}
+    for o in FLAGGED:
+        value = getattr(args, o.name)
+        if value is not None and value is not False and o.cli is not None:
+            options[o.name] = o.cli.convert(value)
+    return options
+
+
 # The monitor's options that record's flags set, by flag: its messages name the option.
-FLAGS = {
-    "interval": "--interval",
-    "disk_paths": "--disk-path",
-    "gpu_ids": "--gpu-ids",
-    "open_metrics": "--open-metrics",
-}
+FLAGGED = tuple(o for o in OPTIONS if o.flag is not None and o.cli is not None)
+FLAGS = {o.name: o.flag for o in FLAGGED}
 
 
 def _in_flags(message: str) -> str:
@@ -335,19 +301,11 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     command: list[str] = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run, after --")
-    options: dict[str, Any] = {}
-    if args.disk_paths is not None:  # absolute: the path is part of the metric keys
-        options["disk_paths"] = [os.path.abspath(p) if p else p for p in args.disk_paths]
-    if args.gpu_ids is not None:
-        options["gpu_ids"] = args.gpu_ids
-    if args.open_metrics is not None:
-        options["open_metrics"] = dict(args.open_metrics)
-    if args.network_loopback:
-        options["network_loopback"] = True
+    options = _options(args)
     proxy = _Proxy()
     try:  # every option is checked before the command starts, with the monitor's messages
-        SystemMonitor(args.interval, **options).stop()
-    except (TypeError, ValueError, ImportError, OSError) as exc:
+        check_options(options, options)  # builds no collector: the monitor is, once, below
+    except (TypeError, ValueError, ImportError) as exc:
         parser.error(_in_flags(str(exc)))
     # The exporter before the run file: no file is left behind when it cannot start.
     exporter = _exporter(proxy, args.prometheus_port, parser)
@@ -402,7 +360,14 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             )
         child = children[0]
         try:
-            _watch(child, command, args, options, step_file, proxy)
+            try:  # once: what only a collector can check (a GPU NVML lacks) fails here
+                monitor = SystemMonitor(pid=child.pid, **options)
+            except (TypeError, ValueError, ImportError, OSError) as exc:
+                child.kill()
+                child.wait()
+                _unmake(args.output, made)
+                parser.error(_in_flags(str(exc)))
+            _watch(child, monitor, command, args, step_file, proxy)
         finally:
             if child.poll() is None:  # the recorder failed: never leave the command behind
                 child.kill()
@@ -474,15 +439,14 @@ def _exporter(
 
 def _watch(
     child: subprocess.Popen[bytes],
+    monitor: SystemMonitor,
     command: list[str],
     args: argparse.Namespace,
-    options: dict[str, Any],
     step_file: str,
     proxy: _Proxy,
 ) -> None:
-    """Record ``child``'s tree (running ``command``) into the run file until it exits."""
+    """Record ``child``'s tree (running ``command``) with ``monitor`` until it exits."""
     with contextlib.ExitStack() as stack:
-        monitor = SystemMonitor(args.interval, pid=child.pid, **options)
         stack.callback(monitor.stop)  # where the sink cannot be made
         sink = JsonlSink(monitor, args.output, command=command)
         ending: dict[str, Any] = {}  # how the command ended, for the run file's end line

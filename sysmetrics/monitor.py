@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import difflib
 import logging
 import math
 import numbers
@@ -17,37 +16,17 @@ from types import TracebackType
 
 from typing_extensions import Unpack
 
-from sysmetrics._checks import positive_int
+from sysmetrics import options as opts
+from sysmetrics._checks import check_interval, positive_int
 from sysmetrics.collectors.base import Collector
-from sysmetrics.collectors.defaults import OPTIONS, CollectorOptions, check_options, host_collectors
+from sysmetrics.collectors.defaults import check_options, host_collectors
 from sysmetrics.descriptions import clamp_percent
 from sysmetrics.errors import SystemMetricsWarning, quote
 from sysmetrics.host import Job
-from sysmetrics.reader import Reader, Sample, _Series
+from sysmetrics.options import MONITOR_OPTIONS, CollectorOptions
+from sysmetrics.reader import Reader, Sample, Series
 
 log = logging.getLogger("sysmetrics")
-
-MIN_INTERVAL = 0.01
-MAX_INTERVAL = 3600.0
-
-MONITOR_OPTIONS = ("interval", "collectors", "clock", *OPTIONS)
-"""Every keyword ``SystemMonitor`` takes."""
-
-
-def _check_interval(interval: object) -> float:
-    # Any real number (numpy's included) but bool, which is an int to Python.
-    if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
-        raise TypeError(
-            f"interval={interval!r} is invalid: it must be a number of seconds "
-            f"between {MIN_INTERVAL} and {MAX_INTERVAL:g}"
-        )
-    value = float(interval)
-    if not (math.isfinite(value) and MIN_INTERVAL <= value <= MAX_INTERVAL):
-        raise ValueError(
-            f"interval={interval!r} is invalid: it must be a number of seconds "
-            f"between {MIN_INTERVAL} and {MAX_INTERVAL:g}"
-        )
-    return value
 
 
 class Clock:
@@ -130,12 +109,10 @@ class SystemMonitor:
         collectors: use these collectors instead of the default set (then the default
             set's options below may not be given).
         clock: the engine's time (:class:`Clock`); for tests and simulations.
-        **options: the default collectors' options, each described in
-            ``sysmetrics.collectors.defaults.OPTIONS`` and the README: ``disk_paths``
-            (paths whose filesystems to report, ``("/",)``), ``track_process_tree``
-            (True), ``pid`` (this process), ``gpu_ids``, ``rocm_smi_path``,
-            ``open_metrics``, ``open_metrics_filters``, ``open_metrics_headers``,
-            ``open_metrics_max_series`` (10 000), ``network_loopback`` (False).
+        **options: the default collectors' options (``disk_paths``, ``gpu_ids``, ...),
+            each declared once (type, default, check, help) in
+            :data:`sysmetrics.options.OPTIONS` and taken by its collector in
+            :data:`sysmetrics.collectors.defaults.DEFAULT_SET`.
 
     Raises:
         TypeError, ValueError: an option is unknown or has an invalid value; the message
@@ -157,16 +134,13 @@ class SystemMonitor:
         clock: Clock | None = None,
         **options: Unpack[CollectorOptions],
     ) -> None:
-        unknown = sorted(k for k in options if k not in OPTIONS)
+        unknown = opts.unknown(options, opts.COLLECTOR_OPTIONS, MONITOR_OPTIONS, aliases=False)
         if unknown:
-            name = unknown[0]
-            close = difflib.get_close_matches(name, MONITOR_OPTIONS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(
-                f"SystemMonitor got an unknown option {name!r}{hint}; "
+                f"SystemMonitor got an unknown option {unknown}; "
                 f"the options are: {', '.join(MONITOR_OPTIONS)}"
             )
-        self.interval = _check_interval(interval)
+        self.interval = check_interval(interval)
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock={clock!r} is invalid: use a sysmetrics.monitor.Clock")
         self._clock = clock or Clock()
@@ -192,7 +166,7 @@ class SystemMonitor:
             self._collectors = list(collectors)
         self.pid: int = self.job.pid
         self.step = None
-        self._series: dict[str, _Series] = {}
+        self._series: dict[str, Series] = {}
         self._readers: list[weakref.ref[Reader]] = []
         self._tick = 0
         self._lock = threading.Lock()
@@ -211,6 +185,11 @@ class SystemMonitor:
     def running(self) -> bool:
         """Whether the sampling thread is running."""
         return self._state == "running"
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the monitor was stopped (or failed): it samples no more, nor restarts."""
+        return self._state == "stopped"
 
     @property
     def collectors(self) -> list[Collector]:
@@ -405,7 +384,7 @@ class SystemMonitor:
             self._tick += 1
             tick = self._tick
             readers = self._live_readers()
-            windowed = [r for r in readers if r._buffer is None]
+            windowed = [r for r in readers if not r.buffering]
             stored: list[tuple[str, float]] = []
             for c, checked in results:
                 try:
@@ -414,11 +393,11 @@ class SystemMonitor:
                     failed.append((c, f"{exc}; it is disabled, the others go on"))
                 else:
                     stored.extend(checked)
-            buffering = [r for r in readers if r._buffer is not None]
+            buffering = [r for r in readers if r.buffering]
             if buffering:
                 sample = Sample(clock.time(), clock.monotonic(), self.step, dict(stored))
                 for r in buffering:
-                    r._push(sample)
+                    r.push(sample)
             if tick % _SWEEP_EVERY == 0:
                 self._forget(tick, readers)
         for c, why in failed:
@@ -441,7 +420,7 @@ class SystemMonitor:
         stores nothing.
         """
         series = self._series
-        new: dict[str, _Series] = {}
+        new: dict[str, Series] = {}
         for key, _ in checked:
             s = series.get(key)
             if s is None or s.owner is not c:
@@ -451,26 +430,17 @@ class SystemMonitor:
                     raise _Misbehaved(f"aggregation({key!r}) failed: {_name(exc)}") from None
                 if kind not in _KINDS:
                     raise _Misbehaved(f"aggregation({key!r}) returned {_short(kind)}")
-                new[key] = _Series(kind, c)
+                new[key] = Series(kind, c)
         for key, s in new.items():
             series[key] = s
             for r in readers:
-                r._acc.pop(key, None)  # a window of another collector's values
+                r.forget(key)  # a window of another collector's values
         for key, v in checked:
             s = series[key]
             s.last = v
             s.seen = tick
         for r in readers:  # the hot loop: each reader's window of each key
-            acc = r._acc
-            for key, v in checked:
-                a = acc.get(key)
-                if a is None:
-                    acc[key] = [v, 1.0, v]
-                else:
-                    a[0] += v
-                    a[1] += 1.0
-                    if v > a[2]:
-                        a[2] = v
+            r.fold(checked)
 
     def _forget(self, tick: int, readers: list[Reader]) -> None:
         """Drop keys no collector reports any more (under the lock).
@@ -483,14 +453,14 @@ class SystemMonitor:
             age = tick - s.seen
             if age <= FORGET_AFTER:
                 continue
-            if age <= FORGET_UNREAD_AFTER and any(key in r._acc for r in readers):
+            if age <= FORGET_UNREAD_AFTER and any(r.unread(key) for r in readers):
                 continue
             self._drop_key(key, readers)
 
     def _drop_key(self, key: str, readers: list[Reader]) -> None:
         del self._series[key]
         for r in readers:
-            r._acc.pop(key, None)
+            r.forget(key)
 
     def _drop_locked(self, collector: Collector) -> bool:
         """Take ``collector`` and its keys out (under the lock); False if already out."""
@@ -585,7 +555,7 @@ class SystemMonitor:
             Cheap, no I/O. Other readers' windows are not affected.
 
         """
-        return self._read(self._default)
+        return self.read_window(self._default)
 
     def latest(self) -> dict[str, float]:
         """The most recent sample ``{key: value}``, without starting a window; cheap, no I/O.
@@ -600,8 +570,11 @@ class SystemMonitor:
             tick = self._tick
             return {key: s.last for key, s in self._series.items() if s.seen == tick}
 
-    def _read(self, reader: Reader) -> dict[str, float]:
-        if reader._buffer is not None:
+    # -- the readers' source (:class:`sysmetrics.reader.Source`) ---------------------------
+
+    def read_window(self, reader: Reader) -> dict[str, float]:
+        """``reader``'s window since its previous one: what ``reader.snapshot()`` returns."""
+        if reader.buffering:
             raise RuntimeError(
                 "this reader keeps samples (buffer>0), not windows: use samples(), or "
                 "monitor.reader() for windows"
@@ -610,25 +583,19 @@ class SystemMonitor:
         with self._lock:
             if reader.closed:
                 return {}
-            return reader._aggregate(self._series, self._tick)
+            return reader.aggregate(self._series, self._tick)
 
-    def _take(self, reader: Reader) -> list[Sample]:
+    def take_samples(self, reader: Reader) -> list[Sample]:
+        """``reader``'s buffered samples, taken out: what ``reader.samples()`` returns."""
         with self._lock:
-            buffer = reader._buffer
-            if buffer is None:
-                return []
-            if not reader.closed:
-                reader._new.clear()  # a closed reader's wait() returns at once
-            taken = list(buffer)
-            buffer.clear()
-            return taken
+            return reader.drain()
 
-    def _detach(self, reader: Reader) -> None:
+    def detach(self, reader: Reader) -> None:
+        """Feed ``reader`` no more (``reader.close()``); idempotent."""
         with self._lock:
-            reader.closed = True
-            reader._acc = {}
+            reader.detached()
             self._readers = [ref for ref in self._readers if ref() not in (reader, None)]
-        reader._new.set()  # wake a sink waiting on it
+        reader.wake()  # a sink waiting on it
 
 
 def _checked(c: Collector, values: object) -> list[tuple[str, float]]:

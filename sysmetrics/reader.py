@@ -3,19 +3,24 @@
 Modelled on OpenTelemetry's metrics SDK, which keeps one ``MetricReaderStorage`` per
 ``MetricReader``: the monitor folds every sample into every live reader under its lock,
 so two readers at different cadences never take samples from each other.
+
+The pair talks through a small explicit interface, in this module only (the monitor
+imports it; nothing here imports the monitor): a reader asks its :class:`Source` for a
+window, its samples, or to be detached; the source calls the reader's methods marked
+"called by the source, under its lock" (:meth:`Reader.fold`, :meth:`Reader.push`, ...).
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
+
+from typing_extensions import Protocol
 
 from sysmetrics.collectors.base import Aggregation, Collector
-
-if TYPE_CHECKING:
-    from sysmetrics.monitor import SystemMonitor
 
 
 class Sample(NamedTuple):
@@ -27,7 +32,7 @@ class Sample(NamedTuple):
     values: dict[str, float]  # every key this tick reported (no ``.max`` companions)
 
 
-class _Series:
+class Series:
     """One key as the monitor knows it: how it aggregates, who reports it, its latest value."""
 
     __slots__ = ("kind", "last", "owner", "seen")
@@ -37,6 +42,22 @@ class _Series:
         self.owner = owner
         self.last = 0.0
         self.seen = 0  # the tick that last reported this key
+
+
+class Source(Protocol):
+    """What a :class:`Reader` asks of the monitor it reads (``SystemMonitor`` is one)."""
+
+    def read_window(self, reader: Reader) -> dict[str, float]:
+        """The reader's window since its previous one (:meth:`Reader.aggregate`)."""
+        ...
+
+    def take_samples(self, reader: Reader) -> list[Sample]:
+        """The reader's buffered samples, taken out (:meth:`Reader.drain`)."""
+        ...
+
+    def detach(self, reader: Reader) -> None:
+        """Stop feeding the reader (:meth:`Reader.detached`, then :meth:`Reader.wake`)."""
+        ...
 
 
 class Reader:
@@ -58,8 +79,8 @@ class Reader:
     referenced, costs nothing.
     """
 
-    def __init__(self, monitor: SystemMonitor, buffer: int = 0) -> None:
-        self._monitor = monitor
+    def __init__(self, source: Source, buffer: int = 0) -> None:
+        self._source = source
         self._acc: dict[str, list[float]] = {}  # key -> [total, count, max] this window
         self._buffer: collections.deque[Sample] | None = (
             collections.deque(maxlen=buffer) if buffer else None
@@ -82,7 +103,7 @@ class Reader:
             RuntimeError: the reader keeps samples (``buffer=n``), not windows.
 
         """
-        out = self._monitor._read(self)
+        out = self._source.read_window(self)
         if not repeat:
             for key in self._repeated:
                 out.pop(key, None)
@@ -90,7 +111,7 @@ class Reader:
 
     def samples(self) -> list[Sample]:
         """The buffered samples, oldest first, taken out of the buffer (``buffer=n`` only)."""
-        return self._monitor._take(self)
+        return self._source.take_samples(self)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until a sample is buffered or the reader is closed; False on timeout."""
@@ -98,7 +119,7 @@ class Reader:
 
     def close(self) -> None:
         """Detach from the monitor: no more samples, no more cost. Idempotent."""
-        self._monitor._detach(self)
+        self._source.detach(self)
 
     def __enter__(self) -> Reader:
         return self
@@ -111,9 +132,15 @@ class Reader:
     ) -> None:
         self.close()
 
-    # -- called by the monitor, under its lock ---------------------------------------
+    # -- called by the source, under its lock ----------------------------------------
 
-    def _push(self, sample: Sample) -> None:
+    @property
+    def buffering(self) -> bool:
+        """Whether the reader keeps samples (``buffer=n``) rather than windows."""
+        return self._buffer is not None
+
+    def push(self, sample: Sample) -> None:
+        """Keep ``sample`` (a buffering reader), dropping the oldest from a full buffer."""
         buffer = self._buffer
         if buffer is None:
             return
@@ -122,7 +149,48 @@ class Reader:
         buffer.append(sample)
         self._new.set()
 
-    def _aggregate(self, series: dict[str, _Series], tick: int) -> dict[str, float]:
+    def fold(self, values: Sequence[tuple[str, float]]) -> None:
+        """Fold one collector's checked values into this reader's window (the hot loop)."""
+        acc = self._acc
+        for key, v in values:
+            a = acc.get(key)
+            if a is None:
+                acc[key] = [v, 1.0, v]
+            else:
+                a[0] += v
+                a[1] += 1.0
+                if v > a[2]:
+                    a[2] = v
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` from the window (its collector changed, or it is forgotten)."""
+        self._acc.pop(key, None)
+
+    def unread(self, key: str) -> bool:
+        """Whether the window holds samples of ``key`` not read yet."""
+        return key in self._acc
+
+    def drain(self) -> list[Sample]:
+        """The buffered samples, taken out; [] for a reader of windows."""
+        buffer = self._buffer
+        if buffer is None:
+            return []
+        if not self.closed:
+            self._new.clear()  # a closed reader's wait() returns at once
+        taken = list(buffer)
+        buffer.clear()
+        return taken
+
+    def detached(self) -> None:
+        """The source feeds this reader no more: it is closed, its window dropped."""
+        self.closed = True
+        self._acc = {}
+
+    def wake(self) -> None:
+        """Wake a sink waiting on this reader (:meth:`wait`); outside the lock."""
+        self._new.set()
+
+    def aggregate(self, series: dict[str, Series], tick: int) -> dict[str, float]:
         """The window of this reader over ``series``; a new window starts."""
         acc, self._acc = self._acc, {}
         out: dict[str, float] = {}

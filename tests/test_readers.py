@@ -9,8 +9,6 @@ import pytest
 
 import sysmetrics.monitor as sysmetrics_monitor
 from sysmetrics import SystemMonitor
-from sysmetrics._docs import render
-from sysmetrics.collectors.defaults import OPTIONS, CollectorOptions
 from tests.conftest import ScriptedCollector
 
 
@@ -159,13 +157,3 @@ def test_bad_buffer_and_options_with_collectors_are_clear_errors() -> None:
         SystemMonitor(collectors=[c], disk_paths="/")
     with pytest.raises(TypeError, match="clock=1 is invalid"):
         SystemMonitor(collectors=[c], clock=1)  # type: ignore[arg-type]
-
-
-def test_options_are_declared_once() -> None:
-    """Each option of the default set has its type and its entry, and nothing else."""
-    assert set(CollectorOptions.__annotations__) == set(OPTIONS)
-    assert ("interval", "collectors", "clock", *OPTIONS) == sysmetrics_monitor.MONITOR_OPTIONS
-    with open("docs/options.md", encoding="utf-8") as f:
-        page = render(f.read())  # the options reference, generated as the site builds it
-    for name in sysmetrics_monitor.MONITOR_OPTIONS:
-        assert f"| `{name}` |" in page, f"the options reference does not list {name!r}"

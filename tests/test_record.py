@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib.metadata
 import json
 import os
@@ -727,3 +728,42 @@ def test_main_restores_the_warning_hook(
     assert capsys.readouterr().err == "sysmetrics: warning: short\n"
     # The other warnings go to the hook that was there (here pytest's recorder).
     assert [str(w.message) for w in recwarn] == ["left to Python"]
+
+
+FAKE_ROCM_SMI = """#!/bin/sh
+echo run >> "{count}"
+echo "no GPU here"
+"""
+
+
+def test_the_monitor_is_built_once(tmp_path: Path) -> None:
+    """Regression: record built its monitor twice (once to check the options), which ran
+    the vendor tools' probes twice: ``rocm-smi`` ran twice on an AMD host.
+
+    A ``rocm-smi`` on PATH that counts its runs and reports no GPU (the collector then
+    gives up after its one probe, so each build runs it once; this machine has no amdgpu
+    card in sysfs, so the tool is what the AMD collector tries).
+    """
+    drivers = glob.glob("/sys/class/drm/card*/device/driver")
+    if "amdgpu" in {os.path.basename(os.path.realpath(p)) for p in drivers}:
+        pytest.skip("this machine has an amdgpu card: the AMD collector reads sysfs, not rocm-smi")
+    bin_dir, count = tmp_path / "bin", tmp_path / "runs"
+    bin_dir.mkdir()
+    tool = bin_dir / "rocm-smi"
+    tool.write_text(FAKE_ROCM_SMI.format(count=count))
+    tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = run_record("record", "-o", str(tmp_path / "r.jsonl"), "--", "true", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert count.read_text().splitlines() == ["run"]
+
+
+def test_a_gpu_only_a_collector_can_check_exits_2_naming_the_flag(tmp_path: Path) -> None:
+    """``--gpu-ids`` naming a GPU NVML lacks is found when the one monitor is built (the
+    command has just started and is ended): exit 2, the flag named, no run file left."""
+    pytest.importorskip("pynvml")
+    run = tmp_path / "r.jsonl"
+    proc = run_record("record", "-o", str(run), "--gpu-ids", "99", "--", "sleep", "30")
+    assert proc.returncode == 2, proc.stderr
+    assert "sysmetrics record: error: argument --gpu-ids: 99 cannot be watched: " in proc.stderr
+    assert not run.exists()

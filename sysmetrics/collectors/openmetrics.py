@@ -125,6 +125,27 @@ def _compile(pattern: object, what: str) -> re.Pattern[str]:
         raise ValueError(f"{what} {pattern!r} is not a valid regular expression: {exc}") from None
 
 
+def check_endpoints(endpoints: object) -> None:
+    """Check ``open_metrics`` (``{name: url}``) without fetching anything.
+
+    Raises:
+        TypeError, ValueError: not a non-empty mapping, a malformed name or URL.
+
+    """
+    if not isinstance(endpoints, Mapping) or not endpoints:
+        raise TypeError(f"open_metrics={endpoints!r} is invalid: use {{name: url}}")
+    for ep_name, url in endpoints.items():
+        if not isinstance(ep_name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", ep_name):
+            raise ValueError(
+                f"open_metrics name {ep_name!r} is invalid: use letters, digits, _ and -"
+            )
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(
+                f"open_metrics[{ep_name!r}]={url!r} is invalid: use an http:// or https:// URL"
+            )
+
+
 class OpenMetricsCollector(BackgroundCollector):
     """Gauges and counters scraped from OpenMetrics / Prometheus text endpoints.
 
@@ -186,18 +207,7 @@ class OpenMetricsCollector(BackgroundCollector):
         retry_after: float = 30.0,
         max_series: int = 10_000,
     ) -> None:
-        if not isinstance(endpoints, Mapping) or not endpoints:
-            raise TypeError(f"open_metrics={endpoints!r} is invalid: use {{name: url}}")
-        for ep_name, url in endpoints.items():
-            if not isinstance(ep_name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", ep_name):
-                raise ValueError(
-                    f"open_metrics name {ep_name!r} is invalid: use letters, digits, _ and -"
-                )
-            parts = urlsplit(url) if isinstance(url, str) else None
-            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(
-                    f"open_metrics[{ep_name!r}]={url!r} is invalid: use an http:// or https:// URL"
-                )
+        check_endpoints(endpoints)
         for what, value in (("timeout", timeout), ("poll_interval", poll_interval),
                             ("retry_after", retry_after), ("max_bytes", max_bytes)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:

@@ -83,7 +83,7 @@ class JsonlSink:
     ) -> None:
         if not isinstance(monitor, SystemMonitor):
             raise TypeError(f"monitor={monitor!r} is invalid: use a sysmetrics.SystemMonitor")
-        if monitor._state == "stopped":
+        if monitor.stopped:
             raise ValueError(
                 "monitor is a stopped SystemMonitor, which samples no more: pass a new or "
                 "running one"

@@ -336,7 +336,7 @@ class PrometheusExporter:
                 f"monitor={monitor!r} is invalid: it must be a SystemMonitor "
                 "(anything with a latest() method returning {key: value})"
             )
-        if getattr(monitor, "_state", None) == "stopped":
+        if getattr(monitor, "stopped", False) is True:
             raise ValueError(
                 "monitor is a stopped SystemMonitor, which samples no more: pass a new or "
                 "running one (the endpoint serves nothing while it is not running)"

@@ -1,0 +1,66 @@
+"""The state of one training run of a framework callback (see :class:`Run`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sysmetrics import distributed
+from sysmetrics.monitor import SystemMonitor
+from sysmetrics.reader import Reader
+from sysmetrics.sinks.jsonl import JsonlSink
+
+
+class Run:
+    """One training run's state: made at train start, closed at train end.
+
+    The callback's configuration lives on :class:`CallbackCore` for its whole life; what
+    belongs to one ``fit``/``train`` call (the monitor sampling it, the readers, the run
+    file, the watch on the training call, the cleanup) lives here, and :meth:`close`
+    releases all of it at once. A closed run keeps its ``layout``: a rank whose monitor
+    could not start still joins every gather of the run (sending nothing).
+    """
+
+    def __init__(self, layout: distributed.Layout, shared: SystemMonitor | None) -> None:
+        self.layout = layout  # the run's ranks and nodes
+        self.shared = shared  # a monitor the user owns: never stopped here
+        self.monitor: SystemMonitor | None = None  # None where this process does not sample
+        self.reader: Reader | None = None  # this run's reader of it
+        self.extra: list[Reader] = []  # more readers of this run (Keras: the epochs')
+        self.sink: JsonlSink | None = None  # the run file
+        self.cancel_watch: Callable[[], None] | None = None
+        self.cleanup: Callable[[], None] | None = None
+
+    def end(self, failed: bool = False) -> None:
+        """The watch, the cleanup, then :meth:`close`; idempotent.
+
+        ``failed``: training raised (the run file's ``end`` line says ``"failed"``).
+        """
+        cancel, self.cancel_watch = self.cancel_watch, None
+        cleanup, self.cleanup = self.cleanup, None
+        if cancel is not None:
+            cancel()
+        try:
+            if cleanup is not None:
+                cleanup()
+        finally:
+            self.close(end={"status": "failed" if failed else "finished"})
+
+    def close(self, end: Mapping[str, Any] | None = None) -> None:
+        """Close the readers and run file, and stop the monitor the run started.
+
+        ``end``: more fields for the run file's end line (``status``).
+        """
+        monitor, self.monitor = self.monitor, None
+        readers = [self.reader, *self.extra]
+        self.reader, self.extra = None, []
+        sink, self.sink = self.sink, None
+        if monitor is not None and monitor is self.shared:
+            monitor.step = None  # its samples after training belong to no step
+        elif monitor is not None:
+            monitor.stop()  # its last sample, with the last step, reaches the run file
+        for reader in readers:
+            if reader is not None:
+                reader.close()
+        if sink is not None:
+            sink.close(end=end)

@@ -1,0 +1,383 @@
+"""Every option of ``SystemMonitor``, the framework callbacks and ``sysmetrics record``, once.
+
+An option is declared in two lines of this module: its field in the TypedDict of its
+scope (its name and type, which mypy checks every ``**options`` against) and its entry in
+:data:`OPTIONS` (default, check, help, unit, scope, CLI flag). Everything else is derived
+from them: ``SystemMonitor``'s and each callback's signature (``**options:
+Unpack[...]``), the validation and its "did you mean" hints (:func:`check`,
+:func:`unknown`), the flags of ``sysmetrics record`` (:func:`add_flags`), and the options
+tables of the documentation. Importing this module checks that the two agree (same names,
+and each entry's ``type`` is its field's annotation, as written).
+
+Why not one ``Annotated[type, Option(...)]`` field per option: the package supports
+Python 3.9, where a field's annotation can be read back at run time only if it evaluates,
+and ``X | None`` does not before 3.10; annotations stay strings here, the TypedDict is
+mypy's, and :data:`OPTIONS` reads its ``type`` from it.
+
+Adding an option: one field, one :data:`OPTIONS` entry, and the code that uses it (a
+collector takes it in :data:`sysmetrics.collectors.defaults.DEFAULT_SET`; a callback reads
+``CallbackCore``'s validated value).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ForwardRef, Union
+
+from typing_extensions import TypedDict
+
+from sysmetrics._checks import (
+    MAX_INTERVAL,
+    MIN_INTERVAL,
+    absolute_paths,
+    check_any,
+    check_bool,
+    check_disk_paths,
+    check_engine,
+    check_every,
+    check_interval,
+    check_logging_interval,
+    check_max_series,
+    check_monitor,
+    check_open_metrics,
+    check_patterns,
+    check_pid,
+    check_prefix,
+    check_run_file_option,
+    parse_endpoint,
+    parse_gpu_ids,
+    parse_seconds,
+)
+
+if TYPE_CHECKING:
+    from sysmetrics.collectors.base import Collector
+    from sysmetrics.collectors.nvidia import GpuId
+    from sysmetrics.collectors.openmetrics import Filters
+    from sysmetrics.monitor import Clock, SystemMonitor
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class CollectorOptions(TypedDict, total=False):
+    """The default collectors' options: keyword arguments of ``SystemMonitor``."""
+
+    disk_paths: PathLike | Iterable[PathLike]
+    track_process_tree: bool
+    pid: int | None
+    gpu_ids: Sequence[GpuId] | None
+    rocm_smi_path: str | None
+    open_metrics: Mapping[str, str] | None
+    open_metrics_filters: Filters | None
+    open_metrics_headers: Mapping[str, str] | None
+    open_metrics_max_series: int
+    network_loopback: bool
+
+
+class _EngineOptions(TypedDict, total=False):
+    """``SystemMonitor``'s own keywords besides ``interval``."""
+
+    collectors: Sequence[Collector] | None
+    clock: Clock | None
+
+
+class MonitorOptions(CollectorOptions, _EngineOptions, total=False):
+    """Every keyword ``SystemMonitor`` takes (scope ``"monitor"``)."""
+
+    interval: float
+
+
+class CallbackOptions(CollectorOptions, _EngineOptions, total=False):
+    """Every keyword a framework callback takes: its own (scope ``"callback"``) and the monitor's.
+
+    ``interval`` may be None here: the default (1.0 s), and the only value ``monitor=``
+    goes with.
+    """
+
+    interval: float | None
+    logging_interval: str
+    log_every_n_steps: int | None
+    prefix: str
+    include: str | Iterable[str] | None
+    exclude: str | Iterable[str] | None
+    console: bool
+    monitor: SystemMonitor | None
+    run_file: PathLike | bool | None
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How ``sysmetrics record`` takes an option on its command line (argparse terms)."""
+
+    metavar: str | None  # None: a switch (store_true)
+    help: str  # the flag's help, its default said in it
+    parse: Callable[[str], Any] | None = None  # argparse's ``type``
+    repeatable: bool = False  # argparse's ``action="append"``
+    convert: Callable[[Any], object] = lambda value: value  # parsed -> the option's value
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option, declared once."""
+
+    name: str  # "disk_paths"
+    default: object  # ("/",)
+    check: Callable[[Any], object]  # the value to use, or TypeError/ValueError naming it
+    help: str  # one sentence, with the unit
+    unit: str | None = None  # "s", "bytes", None
+    scope: str = "monitor"  # "monitor" (SystemMonitor, callbacks, record) or "callback"
+    flag: str | None = None  # record's flag ("--disk-path"), None where record has none
+    cli: Flag | None = None  # how record takes it, with ``flag``
+    aliases: tuple[str, ...] = ()  # other frameworks' names for it, for "did you mean"
+    type: str = field(default="", compare=False)  # the annotation, read from the TypedDict
+
+
+# -- the declarations ----------------------------------------------------------------------
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "interval",
+        1.0,
+        check_interval,
+        f"seconds between samples, from {MIN_INTERVAL} to {MAX_INTERVAL:g} (any real number, "
+        "numpy's included)",
+        unit="s",
+        flag="--interval",
+        cli=Flag(
+            "S", "seconds between samples, 0.01 to 3600 (default: %(default)s)", parse_seconds
+        ),
+        aliases=("sampling_interval",),
+    ),
+    Option(
+        "collectors",
+        None,
+        check_engine,
+        "use these collectors instead of the default set (then the default set's options "
+        "may not be given)",
+    ),
+    Option(
+        "clock",
+        None,
+        check_engine,
+        "the engine's time (sysmetrics.monitor.Clock), for tests and simulations; the real "
+        "clocks by default",
+    ),
+    Option(
+        "disk_paths",
+        ("/",),
+        check_disk_paths,
+        "paths whose filesystems to report as disk.{path}.*; each must exist",
+        flag="--disk-path",
+        cli=Flag(
+            "PATH",
+            "a path whose filesystem to report, made absolute (repeatable; default: /)",
+            repeatable=True,
+            convert=absolute_paths,
+        ),
+    ),
+    Option(
+        "track_process_tree",
+        True,
+        check_bool("track_process_tree"),
+        "include the process's descendants in the process metrics",
+    ),
+    Option("pid", None, check_pid, "the process to watch; this one by default"),
+    Option(
+        "gpu_ids",
+        None,
+        check_any,
+        "NVIDIA GPUs to watch, as CUDA numbers them under CUDA_VISIBLE_DEVICES (indices) "
+        "or UUIDs; all by default",
+        flag="--gpu-ids",
+        cli=Flag(
+            "IDS",
+            "NVIDIA GPUs to watch: indices or UUIDs, comma-separated (default: all)",
+            parse_gpu_ids,
+        ),
+    ),
+    Option(
+        "rocm_smi_path",
+        None,
+        check_any,
+        "the rocm-smi executable for AMD GPUs; found on PATH or in /opt/rocm",
+    ),
+    Option(
+        "open_metrics",
+        None,
+        check_open_metrics,
+        "{name: url} of OpenMetrics/Prometheus endpoints to scrape into "
+        "openmetrics.{name}.{metric}.{index} (needs the [openmetrics] extra)",
+        flag="--open-metrics",
+        cli=Flag(
+            "NAME=URL",
+            "an OpenMetrics endpoint to scrape (repeatable)",
+            parse_endpoint,
+            repeatable=True,
+            convert=dict,
+        ),
+    ),
+    Option(
+        "open_metrics_filters",
+        None,
+        check_any,
+        'regexes on "{name}.{metric}", or {metric_regex: {label: label_regex}}; all by default',
+    ),
+    Option(
+        "open_metrics_headers",
+        None,
+        check_any,
+        "HTTP headers for those requests (sent to the configured origin only)",
+    ),
+    Option(
+        "open_metrics_max_series",
+        10_000,
+        check_max_series,
+        "series kept per endpoint and page (the first ones)",
+        unit="series",
+    ),
+    Option(
+        "network_loopback",
+        False,
+        check_bool("network_loopback"),
+        "count loopback interfaces (lo: traffic that never leaves the machine) in network.*",
+        flag="--network-loopback",
+        cli=Flag(None, "count loopback interfaces (lo) in network.* (default: left out)"),
+    ),
+    Option(
+        "logging_interval",
+        "step",
+        check_logging_interval,
+        '"step" or "epoch" (Keras\' default): log at the steps the framework logs, or once '
+        "per epoch",
+        scope="callback",
+        aliases=("logging_strategy", "update_freq"),
+    ),
+    Option(
+        "log_every_n_steps",
+        None,
+        check_every,
+        "with logging_interval='step', log every this many steps; None follows the "
+        "framework's own logging cadence",
+        unit="steps",
+        scope="callback",
+        aliases=("logging_steps", "every_n_steps"),
+    ),
+    Option(
+        "prefix",
+        "system/",
+        check_prefix,
+        "put before every key, its trailing / replaced by the logger's group separator",
+        scope="callback",
+    ),
+    Option(
+        "include",
+        None,
+        check_patterns("include"),
+        "glob patterns (fnmatch) on the un-prefixed keys to keep; all by default",
+        scope="callback",
+    ),
+    Option(
+        "exclude",
+        None,
+        check_patterns("exclude"),
+        "glob patterns of keys to leave out, applied after include",
+        scope="callback",
+    ),
+    Option(
+        "console",
+        False,
+        check_bool("console"),
+        "also show the metrics where the framework prints its logs (progress bar, printed "
+        "log lines); by default they reach the loggers only",
+        scope="callback",
+        aliases=("prog_bar", "progress_bar", "verbose"),
+    ),
+    Option(
+        "monitor",
+        None,
+        check_monitor,
+        "a SystemMonitor to share: the callback reads it through a reader of its own, "
+        "starts it if it is not running, and never stops it (excludes interval and the "
+        "monitor's options)",
+        scope="callback",
+        aliases=("system_monitor",),
+    ),
+    Option(
+        "run_file",
+        None,
+        check_run_file_option,
+        "also write every sample, with the training step, to this JSON-lines file; True "
+        "for system_metrics.jsonl in the run's log directory",
+        scope="callback",
+        aliases=("jsonl", "log_file"),
+    ),
+)
+"""Every option, in documentation order."""
+
+
+def _annotation(owner: type, name: str) -> str:
+    """The annotation of ``owner``'s field ``name``, as written."""
+    hint: object = owner.__annotations__[name]
+    return hint.__forward_arg__ if isinstance(hint, ForwardRef) else str(hint)
+
+
+def _typed() -> tuple[Option, ...]:
+    """:data:`OPTIONS` with each ``type`` read from the TypedDict of its scope.
+
+    Raises:
+        TypeError: the declarations disagree (an option without its field, or a field
+            without its option); at import, so no test run gets past it.
+
+    """
+    scopes = {"monitor": MonitorOptions, "callback": CallbackOptions}
+    for scope, typed_dict in scopes.items():
+        names = {o.name for o in OPTIONS if o.scope == scope or scope == "callback"}
+        if names != set(typed_dict.__annotations__):
+            raise TypeError(
+                f"sysmetrics.options: {typed_dict.__name__} and OPTIONS disagree: "
+                f"{sorted(names ^ set(typed_dict.__annotations__))}"
+            )
+    return tuple(
+        Option(**{**o.__dict__, "type": _annotation(scopes[o.scope], o.name)}) for o in OPTIONS
+    )
+
+
+OPTIONS = _typed()
+BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+
+MONITOR_OPTIONS = tuple(o.name for o in OPTIONS if o.scope == "monitor")
+"""Every keyword ``SystemMonitor`` takes."""
+COLLECTOR_OPTIONS = tuple(n for n in MONITOR_OPTIONS if n in CollectorOptions.__annotations__)
+"""The default collectors' options (``SystemMonitor``'s ``**options``)."""
+CALLBACK_OPTIONS = ("interval", *(o.name for o in OPTIONS if o.scope == "callback"))
+"""A callback's own options (with ``interval``, which sets its own monitor's)."""
+ALIASES = {alias: o.name for o in OPTIONS for alias in o.aliases}
+"""What users of the frameworks type for our options: each framework's own name for it."""
+
+
+def check(names: Iterable[str], options: Mapping[str, object]) -> dict[str, Any]:
+    """The options ``names``, each checked (its default where not given)."""
+    return {
+        name: BY_NAME[name].check(options[name] if name in options else BY_NAME[name].default)
+        for name in names
+    }
+
+
+def unknown(
+    options: Iterable[str], known: Sequence[str], candidates: Sequence[str], aliases: bool
+) -> str | None:
+    """The first of ``options`` (sorted) not in ``known``, quoted, with a hint; None if none.
+
+    Returns ``"'name' (did you mean 'other'?)"``: the hint is the option a framework calls
+    ``name`` (with ``aliases``), else the closest of ``candidates``.
+    """
+    names = sorted(k for k in options if k not in known)
+    if not names:
+        return None
+    name = names[0]
+    close = (ALIASES.get(name) if aliases else None) or next(
+        iter(difflib.get_close_matches(name, candidates, n=1)), None
+    )
+    return f"{name!r}" + (f" (did you mean {close!r}?)" if close else "")
