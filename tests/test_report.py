@@ -212,7 +212,7 @@ def test_time_axis(steps: list[Any], seconds: float, label: str) -> None:
 
 
 def test_keys_are_escaped_and_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(report, "MAX_ROWS", 5)
+    monkeypatch.setattr(report.data, "MAX_ROWS", 5)  # where summary() looks it up
     evil = {f"<script>alert({n})</script>": float(n) for n in range(20)}
     run = read_run(write_run(tmp_path / "r", [evil, evil]))
     page = report.render(run, "<b>title</b>", {})
@@ -458,8 +458,10 @@ def test_the_jobs_memory_is_drawn_as_its_pss(
     samples = [{"proc.memory.rssMB": 23_000.0, "memory": 15.0, **shared}] * 3
     run = read_run(write_run(tmp_path / "r", samples))
     drawn: dict[str, list[str]] = {}
-    monkeypatch.setattr(
-        report, "figure_png", lambda g, members, *a: drawn.setdefault(g, [s.label for s in members])
+    monkeypatch.setattr(  # where figures() looks it up
+        report.drawing,
+        "figure_png",
+        lambda g, members, *a: drawn.setdefault(g, [s.label for s in members]),
     )
     report.figures(run)
     labels = {r.label for r in report.summary(report.series(run))}

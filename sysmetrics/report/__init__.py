@@ -1,0 +1,132 @@
+"""``sysmetrics report RUN.jsonl -o report.html``: a run file as one page to look at.
+
+The page is one self-contained HTML file (figures embedded as PNG, no scripts, nothing
+fetched) with the run's findings (:mod:`sysmetrics.findings`), a summary table (mean, p95
+and peak of each key, by group) and one figure per group (CPU, memory, each GPU, disk,
+network, energy, ...), on the step axis where the run has steps and on elapsed time
+otherwise. Figures need matplotlib (the ``[report]`` extra).
+
+Values are shown in the unit a reader expects: counters (``disk.in``, ``network.recv``,
+``*.energyJoules``) as rates over each interval (MiB/s, W), bytes as GiB (MiB/s for rates),
+MiB as GiB. ``gpu.process.{i}.*`` keys that repeat a ``gpu.{i}.*`` key are left out, and
+per-core CPU keys are shown as their mean over the cores. The job's memory is its PSS
+(``proc.memory.pssMB``, and ``proc.memory.percent`` made from it): where the run has it,
+``proc.memory.rssMB``, which counts pages shared by forked workers once per process, is
+left out of the figures and marked so in the table.
+
+The package, by concern (each name below is importable from ``sysmetrics.report``):
+:mod:`~sysmetrics.report.data` (a run's keys as :class:`Series`, summary rows, the x axis),
+:mod:`~sysmetrics.report.drawing` (the figures) and :mod:`~sysmetrics.report.page` (the
+HTML page, :func:`write_report`); here, the command line (:func:`add_parser`,
+:func:`report_command`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from sysmetrics.report import drawing
+from sysmetrics.report.data import (
+    GAP_INTERVALS,
+    GAP_S,
+    MAX_ROWS,
+    Axis,
+    Row,
+    Series,
+    axis,
+    group_of,
+    segments,
+    series,
+    starts,
+    summary,
+)
+from sysmetrics.report.drawing import (
+    MAX_FIGURES,
+    MAX_LABEL_CHARS,
+    MAX_PANELS,
+    MAX_POINTS,
+    MAX_SERIES,
+    MAX_TITLE_CHARS,
+    figure_png,
+    figures,
+    node_figures,
+    node_label,
+    point_marker,
+)
+from sysmetrics.report.page import (
+    MAX_COMMAND_CHARS,
+    MAX_KEY_CHARS,
+    MAX_RECORDINGS_SHOWN,
+    ending,
+    render,
+    write_report,
+)
+
+# Not public, but tests reach them here.
+_bins, _drawn, _panels = drawing._bins, drawing._drawn, drawing._panels
+
+__all__ = [
+    "GAP_INTERVALS",
+    "GAP_S",
+    "MAX_COMMAND_CHARS",
+    "MAX_FIGURES",
+    "MAX_KEY_CHARS",
+    "MAX_LABEL_CHARS",
+    "MAX_PANELS",
+    "MAX_POINTS",
+    "MAX_RECORDINGS_SHOWN",
+    "MAX_ROWS",
+    "MAX_SERIES",
+    "MAX_TITLE_CHARS",
+    "Axis",
+    "Row",
+    "Series",
+    "add_parser",
+    "axis",
+    "ending",
+    "figure_png",
+    "figures",
+    "group_of",
+    "node_figures",
+    "node_label",
+    "point_marker",
+    "render",
+    "report_command",
+    "segments",
+    "series",
+    "starts",
+    "summary",
+    "write_report",
+]
+
+
+def add_parser(subs: Any) -> argparse.ArgumentParser:
+    """Add ``report`` to the command line's subcommands; return its parser."""
+    rep: argparse.ArgumentParser = subs.add_parser(
+        "report",
+        help="turn a run file into an HTML report",
+        description="Write one self-contained HTML page (findings, summary, figures) for a "
+        "run file, or only its figures as PNG files.",
+    )
+    rep.add_argument("run", help="the run file (JSON lines from record or a callback)")
+    rep.add_argument("-o", "--output", help="the HTML file (default: RUN with .html)")
+    rep.add_argument("--png", metavar="DIR", help="write each figure to DIR/<group>.png")
+    return rep
+
+
+def report_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run ``sysmetrics report``; return the exit status."""
+    output = args.output
+    if output is None and args.png is None:
+        output = os.path.splitext(args.run)[0] + ".html"
+    try:
+        written = write_report(args.run, output, args.png)
+    except (OSError, ValueError, ImportError) as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
