@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -296,6 +296,27 @@ def _status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _check_gpu_ids(options: Mapping[str, Any]) -> None:
+    """Check ``gpu_ids`` against NVML before the command starts; only NVML can tell.
+
+    A GPU it lacks would otherwise be found when the monitor is built, after the command
+    has started (the monitor watches its pid). NVML is opened and closed once more for
+    this, and only when ``--gpu-ids`` is given: no vendor tool is run.
+
+    Raises:
+        ValueError: ``gpu_ids`` name a GPU that cannot be watched.
+
+    """
+    if options.get("gpu_ids") is None:
+        return
+    from sysmetrics.collectors.nvidia import NvidiaCollector
+    from sysmetrics.host import default_source
+
+    collector = NvidiaCollector.create(default_source(), os.getpid(), options["gpu_ids"])
+    if collector is not None:
+        collector.close()
+
+
 def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run ``args.command`` under a monitor; return its exit status (see the module)."""
     command: list[str] = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -305,7 +326,8 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     proxy = _Proxy()
     try:  # every option is checked before the command starts, with the monitor's messages
         check_options(options, options)  # builds no collector: the monitor is, once, below
-    except (TypeError, ValueError, ImportError) as exc:
+        _check_gpu_ids(options)
+    except (TypeError, ValueError, ImportError, OSError) as exc:
         parser.error(_in_flags(str(exc)))
     # The exporter before the run file: no file is left behind when it cannot start.
     exporter = _exporter(proxy, args.prometheus_port, parser)
@@ -360,7 +382,7 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             )
         child = children[0]
         try:
-            try:  # once: what only a collector can check (a GPU NVML lacks) fails here
+            try:  # once; a GPU gone since _check_gpu_ids is the one error left here
                 monitor = SystemMonitor(pid=child.pid, **options)
             except (TypeError, ValueError, ImportError, OSError) as exc:
                 child.kill()

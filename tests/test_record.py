@@ -758,12 +758,14 @@ def test_the_monitor_is_built_once(tmp_path: Path) -> None:
     assert count.read_text().splitlines() == ["run"]
 
 
-def test_a_gpu_only_a_collector_can_check_exits_2_naming_the_flag(tmp_path: Path) -> None:
-    """``--gpu-ids`` naming a GPU NVML lacks is found when the one monitor is built (the
-    command has just started and is ended): exit 2, the flag named, no run file left."""
+def test_a_gpu_only_nvml_can_check_exits_2_before_the_command_starts(tmp_path: Path) -> None:
+    """``--gpu-ids`` naming a GPU NVML lacks (only NVML can tell): exit 2 with the flag
+    named, no run file, and the command never started (a training command that started
+    and was killed has already had its side effects)."""
     pytest.importorskip("pynvml")
-    run = tmp_path / "r.jsonl"
-    proc = run_record("record", "-o", str(run), "--gpu-ids", "99", "--", "sleep", "30")
+    run, started = tmp_path / "r.jsonl", tmp_path / "started"
+    proc = run_record("record", "-o", str(run), "--gpu-ids", "99", "--", "touch", str(started))
     assert proc.returncode == 2, proc.stderr
     assert "sysmetrics record: error: argument --gpu-ids: 99 cannot be watched: " in proc.stderr
     assert not run.exists()
+    assert not started.exists(), "the command ran before its options were checked"
