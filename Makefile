@@ -11,7 +11,7 @@ comma := ,
 EXTRAS ?= test,dev,lightning,transformers,keras
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo host-demo test versions lint docs bench overhead gpu-check gpu-wheels clean
+.PHONY: demo host-demo test versions pythons lint docs bench overhead gpu-check gpu-wheels clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,22 @@ test: $(STAMP)
 # latest versions are what `make test` runs).
 versions: $(STAMP)
 	$(BIN)/tox -e lightning-min,transformers-min,keras-min,report-min
+
+# The engine, record and report tests on the oldest and newest Python that pyproject.toml
+# declares (tox envs engine-py39, engine-py313). pyenv's shims run only the `pyenv global`
+# version, so each interpreter is looked for in pyenv's versions first, then on PATH, and
+# handed to tox; one that is absent is skipped with the reason (exit 0: tox would fail a
+# run whose every env it skipped).
+PYENV_ROOT ?= $(HOME)/.pyenv
+pythons: $(STAMP)
+	@envs=; found=; for v in 3.9 3.13; do \
+		py=$$(ls -d $(PYENV_ROOT)/versions/$$v.*/bin/python$$v 2>/dev/null | sort -V | tail -n 1); \
+		test -n "$$py" || py=$$(command -v python$$v || true); \
+		env=engine-py$$(echo $$v | tr -d .); \
+		if test -n "$$py" && "$$py" -c '' 2>/dev/null; then found="$$found $$py"; envs="$$envs,$$env"; \
+		else echo "$$env: skipped, no Python $$v (neither in $(PYENV_ROOT)/versions nor on PATH)"; fi; \
+	done; \
+	test -z "$$envs" || { set -x; $(BIN)/tox --discover $$found -e $${envs#,}; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -13,6 +13,7 @@ import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from types import TracebackType
+from typing import Optional
 
 from typing_extensions import Unpack
 
@@ -130,8 +131,9 @@ class SystemMonitor:
     def __init__(
         self,
         interval: float = 1.0,
-        collectors: Sequence[Collector] | None = None,
-        clock: Clock | None = None,
+        # Optional, not `X | None`: typing.get_type_hints() evaluates these on Python 3.9.
+        collectors: Optional[Sequence[Collector]] = None,
+        clock: Optional[Clock] = None,
         **options: Unpack[CollectorOptions],
     ) -> None:
         unknown = opts.unknown(options, opts.COLLECTOR_OPTIONS, MONITOR_OPTIONS, aliases=False)
