@@ -2,27 +2,42 @@
 
 from __future__ import annotations
 
-import atexit
 import logging
 import math
-import numbers
 import os
 import threading
-import time
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Optional
 
 from typing_extensions import Unpack
 
 from sysmetrics import options as opts
-from sysmetrics._checks import check_interval, positive_int
+from sysmetrics._checks import check_interval
+from sysmetrics._readers import _Readers
 from sysmetrics.collectors.base import Collector
 from sysmetrics.collectors.defaults import check_options, host_collectors
-from sysmetrics.descriptions import clamp_percent
-from sysmetrics.errors import SystemMetricsWarning, quote
+from sysmetrics.engine import (  # the engine's bounds and parts, still reachable here
+    _KINDS,
+    _SWEEP_EVERY,
+    FORGET_AFTER,
+    FORGET_UNREAD_AFTER,
+    START_WAIT,
+    STOP_WAIT,
+    _checked,
+    _live,
+    _Misbehaved,
+    _name,
+    _short,
+)
+from sysmetrics.engine import _REPR as _REPR
+from sysmetrics.engine import EXIT_BUDGET as EXIT_BUDGET
+from sysmetrics.engine import Clock as Clock  # re-exported: sysmetrics.monitor.Clock
+from sysmetrics.engine import _after_fork_in_child as _after_fork_in_child
+from sysmetrics.engine import _stop_all_at_exit as _stop_all_at_exit
+from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.host import Job
 from sysmetrics.options import MONITOR_OPTIONS, CollectorOptions
 from sysmetrics.reader import Reader, Sample, Series
@@ -30,55 +45,11 @@ from sysmetrics.reader import Reader, Sample, Series
 log = logging.getLogger("sysmetrics")
 
 
-class Clock:
-    """The engine's time: a monotonic clock, the wall clock, and a wait a stop event ends.
-
-    Tests give the monitor a clock whose ``wait`` advances time instead of sleeping, so
-    the schedule is checked exactly and quickly.
-    """
-
-    def monotonic(self) -> float:
-        """Seconds on a clock that never goes back."""
-        return time.monotonic()
-
-    def time(self) -> float:
-        """Seconds since the Unix epoch."""
-        return time.time()
-
-    def wait(self, stop: threading.Event, seconds: float) -> bool:
-        """Wait ``seconds`` or until ``stop`` is set; whether it is set."""
-        return stop.wait(seconds)
-
-
-# Bounds of the engine (seconds unless said otherwise).
-START_WAIT = 1.0  # start() waits this long for the first sample
-STOP_WAIT = 1.0  # stop() waits this long for the sampling thread to take its last sample
-EXIT_BUDGET = 1.0  # interpreter exit waits this long for all running monitors together
+# Patched by tests on this module; read here by the watchdog and the readers.
 STUCK_AFTER = 30.0  # a sample() call this long is a stuck collector
-FORGET_AFTER = 10  # ticks: a key not reported this long, its window consumed, is dropped
-FORGET_UNREAD_AFTER = 1000  # ticks: ... even with samples nobody has read
-_SWEEP_EVERY = 16  # ticks between two looks for keys to forget
-_REPR = 120  # characters of a bad value quoted in a warning
 
 
-def _short(value: object) -> str:
-    """``repr(value)``, cut to a warning's length."""
-    return quote(repr(value), _REPR)
-
-
-def _name(exc: BaseException) -> str:
-    """``Type: message`` of an exception, the message cut to a warning's length."""
-    return f"{type(exc).__name__}: {quote(str(exc), _REPR)}"
-
-
-class _Misbehaved(Exception):
-    """A collector returned something that is not ``{str: finite real number}``."""
-
-
-_KINDS = ("mean", "last", "peak")
-
-
-class SystemMonitor:
+class SystemMonitor(_Readers):
     """Samples host (and accelerator) metrics on a background thread, for any number of readers.
 
     One daemon thread samples every ``interval`` seconds on a fixed monotonic schedule
@@ -517,47 +488,7 @@ class SystemMonitor:
         except Exception:
             log.debug("sysmetrics: closing collector %r failed", collector.name, exc_info=True)
 
-    # -- reading -------------------------------------------------------------------
-
-    def reader(self, buffer: int = 0) -> Reader:
-        """A new reader with its own windows (or samples), from the next sample on.
-
-        Args:
-            buffer: 0 for a reader of windows (``Reader.snapshot()``); n > 0 for one that
-                keeps every sample instead, the last n not taken yet, for
-                ``Reader.samples()`` (sinks that write every sample).
-
-        Raises:
-            ValueError: ``buffer`` is not a non-negative integer.
-
-        """
-        if buffer != 0 and positive_int(buffer) is None:
-            raise ValueError(
-                f"buffer={buffer!r} is invalid: use 0 (windows only) or a positive number of "
-                "samples to keep"
-            )
-        r = Reader(self, int(buffer))
-        with self._lock:
-            self._readers.append(weakref.ref(r))
-        return r
-
-    @property
-    def default_reader(self) -> Reader:
-        """The reader :meth:`snapshot` reads."""
-        return self._default
-
-    def snapshot(self) -> dict[str, float]:
-        """The monitor's default reader's snapshot: the samples since the previous call.
-
-        Returns:
-            ``{key: value}``: the mean of gauges, the latest value of cumulative counters,
-            and ``<key>.max`` for memory gauges. Keys whose collector reported nothing in
-            the window repeat their latest value while their collector still reports
-            them; keys of a disabled collector are dropped. Empty before ``start()``.
-            Cheap, no I/O. Other readers' windows are not affected.
-
-        """
-        return self.read_window(self._default)
+    # -- reading (the rest: sysmetrics._readers) -------------------------------------
 
     def latest(self) -> dict[str, float]:
         """The most recent sample ``{key: value}``, without starting a window; cheap, no I/O.
@@ -571,84 +502,3 @@ class SystemMonitor:
         with self._lock:
             tick = self._tick
             return {key: s.last for key, s in self._series.items() if s.seen == tick}
-
-    # -- the readers' source (:class:`sysmetrics.reader.Source`) ---------------------------
-
-    def read_window(self, reader: Reader) -> dict[str, float]:
-        """``reader``'s window since its previous one: what ``reader.snapshot()`` returns."""
-        if reader.buffering:
-            raise RuntimeError(
-                "this reader keeps samples (buffer>0), not windows: use samples(), or "
-                "monitor.reader() for windows"
-            )
-        self._check_stuck()
-        with self._lock:
-            if reader.closed:
-                return {}
-            return reader.aggregate(self._series, self._tick)
-
-    def take_samples(self, reader: Reader) -> list[Sample]:
-        """``reader``'s buffered samples, taken out: what ``reader.samples()`` returns."""
-        with self._lock:
-            return reader.drain()
-
-    def detach(self, reader: Reader) -> None:
-        """Feed ``reader`` no more (``reader.close()``); idempotent."""
-        with self._lock:
-            reader.detached()
-            self._readers = [ref for ref in self._readers if ref() not in (reader, None)]
-        reader.wake()  # a sink waiting on it
-
-
-def _checked(c: Collector, values: object) -> list[tuple[str, float]]:
-    """``values`` as ``[(key, finite float)]``; raise ``_Misbehaved`` on junk.
-
-    Values are checked before any is stored, so a bad sample stores nothing; non-finite
-    ones are dropped with a debug line, percentages held within 0..100 (``clamp_percent``).
-    """
-    if not isinstance(values, Mapping):
-        raise _Misbehaved(f"returned {_short(values)}, not a mapping of key to number")
-    checked: list[tuple[str, float]] = []
-    for key, value in values.items():
-        if not isinstance(key, str):
-            raise _Misbehaved(f"returned the key {_short(key)}, not a string")
-        if type(value) is float:
-            v = value
-        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-            try:
-                v = float(value)
-            except (OverflowError, ValueError, TypeError):
-                v = math.inf  # an int above 1e308
-        else:
-            raise _Misbehaved(f"returned {key}={_short(value)}, not a real number")
-        if math.isfinite(v):
-            checked.append((key, clamp_percent(key, v)))
-        else:
-            log.debug("sysmetrics: %s=%s from %r dropped", key, _short(value), c.name)
-    return checked
-
-
-_live: weakref.WeakSet[SystemMonitor] = weakref.WeakSet()
-
-
-def _stop_all_at_exit() -> None:
-    """Ask every running monitor to stop; wait ``EXIT_BUDGET`` s for all of them together.
-
-    Their threads take their last samples; nothing samples on this (the main) thread.
-    """
-    threads = [m._signal_stop() for m in list(_live)]
-    deadline = time.monotonic() + EXIT_BUDGET
-    for thread in threads:
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-
-def _after_fork_in_child() -> None:
-    for monitor in list(_live):
-        monitor._after_fork_in_child()
-    _live.clear()
-
-
-atexit.register(_stop_all_at_exit)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -51,12 +51,13 @@ from sysmetrics._checks import (
     parse_gpu_ids,
     parse_seconds,
 )
+from sysmetrics.engine import Clock
 
 if TYPE_CHECKING:
     from sysmetrics.collectors.base import Collector
     from sysmetrics.collectors.nvidia import GpuId
     from sysmetrics.collectors.openmetrics import Filters
-    from sysmetrics.monitor import Clock, SystemMonitor
+    from sysmetrics.monitor import SystemMonitor
 
 PathLike = Union[str, "os.PathLike[str]"]
 
