@@ -8,7 +8,7 @@ options and Prometheus tables are never written by hand and cannot drift from th
   unit, kind and help;
 - ``prometheus``: the exported Prometheus names (:func:`~sysmetrics.descriptions.markdown_table`);
 - ``options``: every option of ``SystemMonitor``, the callbacks and ``sysmetrics record``,
-  from the options declaration (see :func:`_options`).
+  from the options declaration (:data:`sysmetrics.options.OPTIONS`).
 
 ``python -m sysmetrics._docs NAME`` prints one of them.
 """
@@ -18,38 +18,12 @@ from __future__ import annotations
 import html
 import re
 import sys
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable
 
 from sysmetrics.descriptions import DESCRIPTIONS, markdown_table
+from sysmetrics.options import OPTIONS
 
 MARKER = re.compile(r"^<!-- generated: ([a-z]+) -->$", re.MULTILINE)
-
-
-class OptionRow(Protocol):
-    """What the options page reads of an option: ``sysmetrics.options.Option`` has it."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def default(self) -> object: ...
-    @property
-    def help(self) -> str: ...
-    @property
-    def unit(self) -> str | None: ...
-    @property
-    def scope(self) -> str: ...
-    @property
-    def flag(self) -> str | None: ...
-
-
-def _options() -> Sequence[OptionRow]:
-    """Every option, from its one declaration (:data:`sysmetrics.options.OPTIONS`)."""
-    from sysmetrics.options import OPTIONS
-
-    return OPTIONS
 
 
 def _cell(text: str) -> str:
@@ -63,13 +37,13 @@ def _code(text: str) -> str:
     return "<code>" + html.escape(text).replace("|", "&#124;") + "</code>"
 
 
-def options_table(options: Sequence[OptionRow] | None = None) -> str:
-    """The options reference: one row per option, in declaration order."""
+def options_table() -> str:
+    """The options reference: one row per declared option, in declaration order."""
     rows = [
         "| option | type | default | unit | where | `record` flag | meaning |",
         "|---|---|---|---|---|---|---|",
     ]
-    for o in _options() if options is None else options:
+    for o in OPTIONS:
         where = "callbacks" if o.scope == "callback" else "`SystemMonitor`, callbacks"
         flag = f"`{o.flag}`" if o.flag else ""
         rows.append(

@@ -188,11 +188,12 @@ def test_every_marker_names_a_generator() -> None:
 
 def test_generated_tables_list_every_declaration() -> None:
     from sysmetrics.descriptions import DESCRIPTIONS
+    from sysmetrics.options import OPTIONS
 
     metrics = _docs.generate("metrics")
     assert all(f"| `{d.key}` | {d.unit} | {d.kind} |" in metrics for d in DESCRIPTIONS)
     options = _docs.generate("options")
-    assert all(f"| `{o.name}` |" in options for o in _docs._options())
+    assert all(f"| `{o.name}` |" in options for o in OPTIONS)
     assert "| `interval` | <code>float</code> | <code>1.0</code> | s |" in options
 
 
