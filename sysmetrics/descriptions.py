@@ -293,8 +293,14 @@ def describe(key: str) -> tuple[Description, dict[str, str]] | None:
     Trainium memory kind named ``max`` would read as the peak of its total). Results are
     cached (the cache is emptied when it passes 10,000 keys).
     """
+    found = _described(key)
+    return None if found is None else (found[0], dict(found[1]))
+
+
+def _described(key: str) -> tuple[Description, dict[str, str]] | None:
+    """:func:`describe` from its cache, the values not copied (the caller keeps them)."""
     try:
-        found = _cache[key]
+        return _cache[key]
     except KeyError:
         base = key[: -len(".max")] if key.endswith(".max") else key
         matches = [] if base.endswith(".max") else _families(base)
@@ -302,10 +308,7 @@ def describe(key: str) -> tuple[Description, dict[str, str]] | None:
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()
         _cache[key] = found
-    return None if found is None else (found[0], dict(found[1]))
-
-
-_percent: dict[str, bool] = {}
+        return found
 
 
 def clamp_percent(key: str, value: float) -> float:
@@ -315,18 +318,11 @@ def clamp_percent(key: str, value: float) -> float:
     calls it on every value): a ratio of two counters read a few µs apart (``cpu``, a
     core's busy time) passes 100 by clock-tick noise, and no share of a whole is more
     than the whole. Values a vendor tool gets far wrong are dropped before this, by the
-    collector (:mod:`sysmetrics.collectors._values`). The answer per key is cached (the
-    cache is emptied when it passes 10,000 keys).
+    collector (:mod:`sysmetrics.collectors._values`). The family is looked up in
+    :func:`describe`'s cache.
     """
-    try:
-        percent = _percent[key]
-    except KeyError:
-        found = describe(key)
-        percent = found is not None and found[0].unit == "%"
-        if len(_percent) >= _CACHE_LIMIT:
-            _percent.clear()
-        _percent[key] = percent
-    return min(100.0, max(0.0, value)) if percent else value
+    found = _described(key)
+    return min(100.0, max(0.0, value)) if found is not None and found[0].unit == "%" else value
 
 
 def family(key: str) -> Optional[Description]:
