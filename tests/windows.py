@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sysmetrics.collectors.process import ProcessCollector
+
 
 def run_file_steps(path: Path) -> list[int | None]:
     """The training step of each sample a run file holds (one line per sample)."""
@@ -32,7 +34,7 @@ def assert_fresh_points(
         assert dict(before) != dict(after), f"the point at {q} repeats the one at {p}"
 
 
-HALF_TICK = 0.005  # s: a window shorter than this has no cpu (process CPU moves in 10 ms ticks)
+HALF_TICK = ProcessCollector.min_cpu_window_s  # s: a shorter window has no cpu
 
 
 def assert_cpu_where_measurable(samples: Sequence[Mapping[str, Any]]) -> None:
