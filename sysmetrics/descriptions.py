@@ -188,6 +188,20 @@ DESCRIPTIONS: tuple[Description, ...] = (
     Description("memory.energyJoules", "J", "counter",
                 "Energy used by DRAM (RAPL) since the monitor started",
                 "memory_energy_joules_total"),
+    # Training steps (sysmetrics.steptime): where step time goes, from the step hooks.
+    Description("step.seconds", "s", "gauge",
+                "Wall-clock seconds per optimizer step, waits included (mean over the steps "
+                "completed in the window)", "training_step_seconds"),
+    Description("step.dataWaitPercent", "%", "gauge",
+                "% of step time spent between steps waiting for the next batch (fetch and the "
+                "framework's work between batches)", "training_data_wait_percent"),
+    Description("step.samplesPerSecond", "samples/s", "gauge",
+                "Training samples per second over the whole job (all ranks), where the batch "
+                "size is known", "training_samples_per_second"),
+    Description("step.energyJoules", "J", "gauge",
+                "Energy per optimizer step: the growth of every energy counter read "
+                "(gpu.{i}, cpu, memory .energyJoules) over the steps completed",
+                "training_step_energy_joules"),
     # GPUs: NVIDIA (NVML), AMD (rocm-smi, amd-smi), Apple (gpu.0 only).
     *_GPU,
     *(replace(d, key=d.key.replace("gpu.", "gpu.process.", 1), prometheus=None,

@@ -41,6 +41,7 @@ from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.host import Job
 from sysmetrics.options import MONITOR_OPTIONS, CollectorOptions
 from sysmetrics.reader import Reader, Sample, Series
+from sysmetrics.steptime import StepCollector, TotalsSource
 
 log = logging.getLogger("sysmetrics")
 
@@ -96,6 +97,11 @@ class SystemMonitor(_Readers):
     """The current training step, stamped on each :class:`~sysmetrics.reader.Sample`;
     callbacks set it, None where no one does."""
 
+    step_timing: TotalsSource | None
+    """Where the ``step.*`` keys come from (:mod:`sysmetrics.steptime`): a
+    :class:`~sysmetrics.steptime.StepClock`'s ``read`` that callbacks mark steps on, or
+    the recorder's step file; None (no step keys) where no one sets it."""
+
     job: Job
     """The watched processes (``job.watch(pids)`` adds the trees of other ranks)."""
 
@@ -139,6 +145,10 @@ class SystemMonitor(_Readers):
             self._collectors = list(collectors)
         self.pid: int = self.job.pid
         self.step = None
+        self.step_timing = None
+        # Sampled last in every tick, after the energy counters; not in ``collectors``.
+        self._steps = StepCollector(lambda: self.step_timing)
+        self._collectors.append(self._steps)
         self._series: dict[str, Series] = {}
         self._readers: list[weakref.ref[Reader]] = []
         self._tick = 0
@@ -166,8 +176,11 @@ class SystemMonitor(_Readers):
 
     @property
     def collectors(self) -> list[Collector]:
-        """The collectors still sampling (failed ones have been removed)."""
-        return list(self._collectors)
+        """The collectors still sampling (failed ones have been removed).
+
+        The monitor's own collector of the ``step.*`` keys is not among them.
+        """
+        return [c for c in self._collectors if c is not self._steps]
 
     def start(self) -> SystemMonitor:
         """Start the sampling thread and wait for its first sample. Idempotent while running.
@@ -337,6 +350,8 @@ class SystemMonitor(_Readers):
         results: list[tuple[Collector, list[tuple[str, float]]]] = []
         failed: list[tuple[Collector, str]] = []
         for c in list(self._collectors):
+            if c is self._steps:  # the last: it takes this tick's energy counters
+                self._steps.observe({k: v for _, checked in results for k, v in checked})
             self._busy = (c, clock.monotonic())
             try:
                 values: object = c.sample()
@@ -412,8 +427,9 @@ class SystemMonitor(_Readers):
             s = series[key]
             s.last = v
             s.seen = tick
+        weights = self._steps.weights if c is self._steps else None  # steps, seconds
         for r in readers:  # the hot loop: each reader's window of each key
-            r.fold(checked)
+            r.fold(checked, weights)
 
     def _forget(self, tick: int, readers: list[Reader]) -> None:
         """Drop keys no collector reports any more (under the lock).

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import NamedTuple
 
@@ -149,9 +149,28 @@ class Reader:
         buffer.append(sample)
         self._new.set()
 
-    def fold(self, values: Sequence[tuple[str, float]]) -> None:
-        """Fold one collector's checked values into this reader's window (the hot loop)."""
+    def fold(
+        self, values: Sequence[tuple[str, float]], weights: Mapping[str, float] | None = None
+    ) -> None:
+        """Fold one collector's checked values into this reader's window (the hot loop).
+
+        ``weights``: how much each key's value counts in the window's mean (1 where not
+        given): ``step.seconds`` counts once per step it stands for and
+        ``step.dataWaitPercent`` by the seconds, so a window's value is over its steps.
+        """
         acc = self._acc
+        if weights:
+            for key, v in values:
+                w = weights.get(key, 1.0)
+                a = acc.get(key)
+                if a is None:
+                    acc[key] = [v * w, w, v]
+                else:
+                    a[0] += v * w
+                    a[1] += w
+                    if v > a[2]:
+                        a[2] = v
+            return
         for key, v in values:
             a = acc.get(key)
             if a is None:

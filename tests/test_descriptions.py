@@ -47,6 +47,7 @@ from sysmetrics.collectors.tpu import parse_tpu_info
 from sysmetrics.collectors.trainium import parse_neuron_monitor
 from sysmetrics.descriptions import DESCRIPTIONS, Description, describe, markdown_table
 from sysmetrics.host import default_source
+from sysmetrics.steptime import StepCollector, StepTotals
 from tests.nvml_standin import GPU
 from tests.test_cgroup import swap_source
 from tests.test_ipu import device as ipu_device
@@ -109,6 +110,13 @@ def samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Samples
     rapl = RaplCollector.create(str(rapl_root))
     assert rapl is not None
     out["rapl"] = [(rapl, rapl.sample())]
+    totals = StepTotals(0, 0.0, 0.0, 0.0)
+    steps = StepCollector(lambda: lambda: totals)
+    steps.observe({"cpu.energyJoules": 0.0})
+    steps.sample()
+    totals = StepTotals(4, 2.0, 0.5, 64.0)
+    steps.observe({"cpu.energyJoules": 10.0})
+    out["steps"] = [(steps, steps.sample())]
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     instances = [GPU("MIG-b0", used=1 << 30, total=10 << 30, is_mig=True),

@@ -1,0 +1,224 @@
+"""Step anatomy: how long each training step took and how much of it waited for data.
+
+Whoever sees the steps (a callback's hooks, :func:`sysmetrics.batches` and
+:func:`sysmetrics.step` in a plain loop) marks them on a :class:`StepClock` on the
+training thread; the clock keeps running totals (:class:`StepTotals`) and publishes them
+once per optimizer step, as one tuple, so the sampling thread always reads a consistent
+set. The monitor's :class:`StepCollector` turns the totals' growth since its previous
+sample into the ``step.*`` keys, so every reader, sink and node gather carries them like
+any machine key:
+
+- ``step.seconds``: wall-clock seconds per optimizer step, the mean over the steps
+  completed since the previous sample (readers weigh each sample by its steps, so a
+  window's value is the mean over the steps completed in the window);
+- ``step.dataWaitPercent``: the share of that time spent between steps, waiting for the
+  next batch (from the end of one batch's hooks to the start of the next: the fetch plus
+  the framework's own work between batches), 0..100;
+- ``step.samplesPerSecond``: samples over the whole job per second, where the batch size
+  is known;
+- ``step.energyJoules``: energy per step, from the energy counters the monitor reads
+  (``gpu.{i}.energyJoules``, ``cpu.energyJoules``, ``memory.energyJoules``), where there
+  are any: the counters' growth between the samples that closed steps, over those steps.
+
+The clock sees only what the training thread sees: asynchronous accelerator work queued
+by one step and finished during the next batch's fetch counts as waiting for data (the
+callbacks never synchronise the accelerator).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import NamedTuple, Optional
+
+from sysmetrics.collectors.base import BaseCollector
+
+
+class StepTotals(NamedTuple):
+    """Running totals of the optimizer steps a :class:`StepClock` has seen."""
+
+    steps: int  # optimizer steps completed
+    seconds: float  # wall-clock seconds those steps took, waits included
+    wait: float  # seconds of that spent between batches, waiting for the next one
+    samples: float  # samples those steps trained on, whole job; 0.0 where unknown
+
+
+_ZERO = StepTotals(0, 0.0, 0.0, 0.0)
+
+
+class StepClock:
+    """Marks training steps on the training thread; a few hundred ns per mark.
+
+    A callback calls :meth:`restart` where the training loop (re)starts (an epoch: the
+    time outside it, a validation loop, is not a step's), :meth:`begin` where a batch's
+    hooks start and :meth:`end` where they end; the time from one :meth:`end` to the next
+    :meth:`begin` is waiting for data. A plain loop adds its waits with :meth:`waited`
+    instead of :meth:`begin`. With gradient accumulation each micro-batch is a
+    begin/end pair, and only the one that closes the optimizer step passes
+    ``optimizer_step=True``: the step's time runs from the previous optimizer step's end
+    (or the restart) and its wait is all its micro-batches' waits.
+
+    Args:
+        clock: seconds on a monotonic clock (``time.perf_counter``); for tests.
+
+    """
+
+    __slots__ = ("_clock", "_mark", "_origin", "_samples", "_wait", "totals")
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self.totals = _ZERO  # published once per optimizer step, one tuple
+        self._origin: float | None = None  # the previous optimizer step's end (or restart)
+        self._mark: float | None = None  # the previous batch's end (or restart)
+        self._wait = 0.0  # seconds waited in the optimizer step under way
+        self._samples = 0.0  # samples of the optimizer step under way
+
+    def restart(self) -> None:
+        """The training loop starts (again): the next step's time runs from now."""
+        self._origin = self._mark = self._clock()
+        self._wait = 0.0
+        self._samples = 0.0
+
+    def begin(self) -> None:
+        """A batch's hooks start: the time since the previous batch's end was waiting."""
+        now = self._clock()
+        mark = self._mark
+        if mark is not None:
+            self._wait += now - mark
+        elif self._origin is None:  # never restarted: this step is timed from here
+            self._origin = now
+
+    def waited(self, seconds: float) -> None:
+        """Add ``seconds`` waited for the next batch (a plain loop's ``next()``)."""
+        self._wait += seconds
+        if self._origin is None:
+            self._origin = self._clock() - seconds
+
+    def end(self, samples: float = 0.0, optimizer_step: bool = True) -> None:
+        """A batch's hooks end, ``samples`` of the whole job trained; publish a whole step.
+
+        A step with no origin (the first :func:`sysmetrics.step` of a loop never
+        restarted) only starts the timing of the next one.
+        """
+        now = self._clock()
+        self._mark = now
+        self._samples += samples
+        if not optimizer_step:
+            return
+        origin = self._origin
+        self._origin = now
+        if origin is not None:
+            t = self.totals
+            self.totals = StepTotals(
+                t.steps + 1,
+                t.seconds + (now - origin),
+                t.wait + self._wait,
+                t.samples + self._samples,
+            )
+        self._wait = 0.0
+        self._samples = 0.0
+
+    def read(self) -> StepTotals:
+        """The totals published so far (any thread)."""
+        return self.totals
+
+
+TotalsSource = Callable[[], Optional[StepTotals]]
+"""Where a monitor reads step totals (``monitor.step_timing``): a clock's ``read``, or
+the recorder's reader of the step file. None: no totals (yet)."""
+
+ENERGY_SUFFIX = ".energyJoules"  # the energy counters step.energyJoules is made of
+ENERGY_KEY = "step.energyJoules"  # not a counter: energy per step
+
+
+class StepCollector(BaseCollector):
+    """The ``step.*`` keys, from the growth of a :data:`TotalsSource` between samples.
+
+    The monitor samples it last in each tick, after giving it the tick's energy
+    counters (:meth:`observe`); it reports nothing at a sample that closed no step
+    (nothing stale at a new point), and :attr:`weight` says how many steps its latest
+    sample stands for, by which the monitor's readers weigh it.
+    """
+
+    name = "steps"
+
+    def __init__(self, source: Callable[[], Optional[TotalsSource]]) -> None:
+        self._source = source  # -> the monitor's current step_timing
+        self._current: TotalsSource | None = None
+        self._prev = _ZERO
+        self._energy: dict[str, float] = {}  # this tick's energy counters, J
+        self._energy_prev: dict[str, float] | None = None  # at the previous emission
+        self.weights: dict[str, float] = {}
+
+    def observe(self, values: Mapping[str, float]) -> None:
+        """Take this tick's energy counters out of the other collectors' values."""
+        self._energy = {
+            k: v for k, v in values.items() if k.endswith(ENERGY_SUFFIX) and k != ENERGY_KEY
+        }
+
+    def sample(self) -> dict[str, float]:
+        """The mean step over the steps completed since the previous sample; {} if none."""
+        source = self._source()
+        if source is not self._current:  # a new clock: its totals count from zero
+            self._current = source
+            self._prev = _ZERO
+            self._energy_prev = dict(self._energy)
+        totals = source() if source is not None else None
+        if totals is None:
+            return {}
+        prev = self._prev
+        steps = totals.steps - prev.steps
+        seconds = totals.seconds - prev.seconds
+        if steps <= 0 or seconds <= 0.0:
+            return {}
+        self._prev = totals
+        self.weights = {
+            "step.seconds": float(steps),
+            "step.energyJoules": float(steps),
+            "step.dataWaitPercent": seconds,
+            "step.samplesPerSecond": seconds,
+        }
+        out = {
+            "step.seconds": seconds / steps,
+            "step.dataWaitPercent": 100.0 * (totals.wait - prev.wait) / seconds,
+        }
+        samples = totals.samples - prev.samples
+        if samples > 0.0:
+            out["step.samplesPerSecond"] = samples / seconds
+        energy, before = self._energy, self._energy_prev
+        if energy and before is not None and energy.keys() == before.keys():
+            joules = sum(energy.values()) - sum(before.values())
+            if joules >= 0.0:
+                out["step.energyJoules"] = joules / steps
+        self._energy_prev = dict(energy)
+        return out
+
+
+def batch_size(batch: object) -> int | None:
+    """The number of samples in ``batch``: the first dimension of its first array.
+
+    Looks into tuples, lists and dicts (first entry) at most 4 levels deep for something
+    with a ``shape`` (a tensor, an array) or, failing that, a length; None where there
+    is neither.
+    """
+    for _ in range(4):
+        shape = getattr(batch, "shape", None)
+        if shape is not None:
+            try:
+                return int(shape[0]) if len(shape) else None
+            except (TypeError, ValueError, IndexError):
+                return None
+        if isinstance(batch, (tuple, list)):
+            if not batch:
+                return None
+            batch = batch[0]
+        elif isinstance(batch, dict):
+            if not batch:
+                return None
+            batch = next(iter(batch.values()))
+        else:
+            break
+    try:
+        return len(batch)  # type: ignore[arg-type]
+    except TypeError:
+        return None

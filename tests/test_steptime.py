@@ -1,0 +1,130 @@
+"""The step clock and the monitor's ``step.*`` keys, on a clock the test moves."""
+
+from __future__ import annotations
+
+from sysmetrics.collectors.base import BaseCollector
+from sysmetrics.monitor import SystemMonitor
+from sysmetrics.steptime import StepClock, StepCollector, StepTotals, batch_size
+
+
+class Ticks:
+    """A clock the test moves by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run_steps(clock: StepClock, t: Ticks, n: int, fetch: float, compute: float) -> None:
+    for _ in range(n):
+        t.now += fetch
+        clock.begin()
+        t.now += compute
+        clock.end(samples=8)
+
+
+def test_clock_splits_each_step_into_wait_and_compute() -> None:
+    t = Ticks()
+    clock = StepClock(t)
+    clock.restart()
+    run_steps(clock, t, 10, fetch=0.02, compute=0.03)
+    steps, seconds, wait, samples = clock.read()
+    assert steps == 10
+    assert abs(seconds - 0.5) < 1e-9 and abs(wait - 0.2) < 1e-9 and samples == 80
+
+
+def test_gradient_accumulation_counts_optimizer_steps_and_every_micro_batch_wait() -> None:
+    t = Ticks()
+    clock = StepClock(t)
+    clock.restart()
+    for i in range(8):
+        t.now += 0.02
+        clock.begin()
+        t.now += 0.03
+        clock.end(samples=4, optimizer_step=i % 2 == 1)
+    steps, seconds, wait, samples = clock.read()
+    assert steps == 4 and abs(seconds / steps - 0.1) < 1e-9
+    assert abs(wait / seconds - 0.4) < 1e-9 and samples == 32
+
+
+def test_time_outside_the_loop_is_not_a_step() -> None:
+    t = Ticks()
+    clock = StepClock(t)
+    clock.restart()
+    run_steps(clock, t, 2, fetch=0.01, compute=0.01)
+    t.now += 30.0  # validation between epochs
+    clock.restart()
+    run_steps(clock, t, 2, fetch=0.01, compute=0.01)
+    assert abs(clock.read().seconds - 0.08) < 1e-9
+
+
+def test_a_plain_loop_without_restart_times_from_its_second_mark() -> None:
+    t = Ticks()
+    clock = StepClock(t)
+    for _ in range(3):
+        t.now += 1.0
+        clock.end()
+    assert clock.read().steps == 2 and abs(clock.read().seconds - 2.0) < 1e-9
+
+
+class Energy(BaseCollector):
+    """A fake energy counter: ``cpu.energyJoules`` grows by ``per_tick`` J each sample."""
+
+    name = "energy"
+
+    def __init__(self, per_tick: float) -> None:
+        self.total = 0.0
+        self.per_tick = per_tick
+
+    def sample(self) -> dict[str, float]:
+        self.total += self.per_tick
+        return {"cpu.energyJoules": self.total}
+
+
+def test_monitor_reports_step_keys_weighted_by_steps_and_energy_per_step() -> None:
+    totals = [StepTotals(0, 0.0, 0.0, 0.0)]
+    energy = Energy(per_tick=12.0)
+    m = SystemMonitor(interval=3600, collectors=[energy])
+    m.step_timing = lambda: totals[-1]
+    reader = m.reader()
+    m._sample_once()  # the baseline: nothing closed yet
+    assert reader.snapshot(repeat=False) == {"cpu.energyJoules": 12.0}
+    totals.append(StepTotals(1, 5.0, 1.0, 10.0))  # one slow step: 5 s
+    m._sample_once()
+    totals.append(StepTotals(11, 6.0, 1.5, 110.0))  # ten fast ones: 0.1 s each
+    m._sample_once()
+    window = reader.snapshot(repeat=False)
+    assert abs(window["step.seconds"] - 6.0 / 11) < 1e-9  # not (5 + 0.1) / 2
+    assert abs(window["step.dataWaitPercent"] - 100 * 1.5 / 6.0) < 1e-6
+    assert abs(window["step.samplesPerSecond"] - 110 / 6.0) < 1e-6
+    assert abs(window["step.energyJoules"] - 24.0 / 11) < 1e-9  # 12 J per tick, 2 ticks
+    m._sample_once()  # no step closed: no step keys at the next point
+    assert not any(k.startswith("step.") for k in reader.snapshot(repeat=False))
+    assert [c.name for c in m.collectors] == ["energy"]
+
+
+def test_energy_spans_ticks_without_a_closed_step() -> None:
+    c = StepCollector(lambda: source)
+    totals = StepTotals(0, 0.0, 0.0, 0.0)
+    source = lambda: totals  # noqa: E731
+    c.observe({"gpu.0.energyJoules": 0.0})
+    assert c.sample() == {}
+    totals = StepTotals(0, 0.0, 0.0, 0.0)
+    c.observe({"gpu.0.energyJoules": 100.0})  # a long step under way
+    assert c.sample() == {}
+    totals = StepTotals(1, 2.0, 0.0, 0.0)
+    c.observe({"gpu.0.energyJoules": 200.0})
+    assert c.sample()["step.energyJoules"] == 200.0
+
+
+def test_batch_size_finds_the_first_dimension() -> None:
+    class Arr:
+        shape = (16, 3)
+
+    assert batch_size(Arr()) == 16
+    assert batch_size((Arr(), Arr())) == 16
+    assert batch_size({"input_ids": Arr()}) == 16
+    assert batch_size(["a", "b"]) == 1  # a string: its length
+    assert batch_size(7) is None
