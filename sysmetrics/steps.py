@@ -400,8 +400,11 @@ class _StepReader(threading.Thread):
         (the sequence numbers differ) is tried again, up to ``STEP_TRIES`` times; then,
         as for totals that are no totals (not finite, negative, going back), the last
         consistent totals stand. The totals of a writer that took the file over (another
-        pid) are added to the previous writer's, so they only grow.
+        pid) are added to the previous writer's, so they only grow. The step is read
+        too (:meth:`read`): a sample with step keys has the step they reached, not the
+        one of the last poll.
         """
+        self.read()
         with self._lock:
             m = self.map
             for _ in range(STEP_TRIES):

@@ -85,6 +85,9 @@ def test_a_plain_loop_under_the_recorder_gets_the_step_keys(tmp_path: Path) -> N
     assert abs(mean(rate) - expected) <= 0.2 * expected, rate
     marked = [s for s in r.step if s is not None]
     assert marked == sorted(marked) and marked[-1] == 60
+    # A sample with step keys has the step they reached (read with them, at the tick).
+    timed = [j for j, v in enumerate(r.columns["step.seconds"]) if not math.isnan(v)]
+    assert all(r.step[j] is not None for j in timed)
 
 
 def test_energy_per_step_from_a_rapl_counter(tmp_path: Path) -> None:
