@@ -26,7 +26,8 @@ One process of the command times steps, so that the block has one writer: the fi
 that calls :func:`batches` among those whose ``LOCAL_RANK`` (else ``RANK``) is unset or
 0 (``torchrun``'s local rank 0: on each node, that node's recorder gets that rank's
 steps), holding an exclusive ``flock`` on the step file until it exits; another process
-that tries warns once and only marks its steps. A process that takes the file over after
+that tries warns once and only marks its steps (a forked child opens the file anew, so
+the lock decides there too). A process that takes the file over after
 the previous writer exited continues its totals (the recorder adds them to the
 previous writer's: the pid in the block tells them apart).
 
@@ -248,9 +249,21 @@ def _setup(stacklevel: int) -> _Timing | None:
 
 
 def _forked() -> None:
-    """In a forked child (a DataLoader worker): never time steps (the parent does)."""
-    global _timing, _timing_tried
-    _timing, _timing_tried = None, True
+    """In a forked child: open the step file anew on its first use, as a new process.
+
+    The inherited descriptor shares the parent's lock: kept, the child (a DataLoader
+    worker) could time beside a parent that times, or take the lock a parent that did
+    not time yet would then share. Closing the child's copy leaves the parent's lock.
+    """
+    global _map, _fd, _tried, _timing, _timing_tried
+    if _fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(_fd)
+    if _map is not None:
+        with contextlib.suppress(BufferError, ValueError):
+            _map.close()
+    _map = _fd = _timing = None
+    _tried = _timing_tried = False
 
 
 if hasattr(os, "register_at_fork"):

@@ -368,3 +368,34 @@ def test_a_format_1_step_file_of_an_older_recorder_takes_steps_only(
         assert type(sysmetrics.batches(items)) is type(iter(items))
         sysmetrics.step(12)
     assert old.read_bytes() == steps.MAGIC_1 + b"12".ljust(steps.WIDTH)
+
+
+def times_in_child(queue: multiprocessing.queues.Queue[tuple[bool, list[str]]]) -> None:
+    """In a forked child: whether ``batches`` times here, and the warnings it gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        times = not isinstance(sysmetrics.batches([1]), type(iter([1])))
+    queue.put((times, [str(w.message) for w in caught]))
+
+
+def in_forked_child() -> tuple[bool, list[str]]:
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=times_in_child, args=(queue,))
+    child.start()
+    got = queue.get(timeout=30)
+    child.join(30)
+    return got  # type: ignore[no-any-return]
+
+
+def test_a_forked_child_times_only_where_its_parent_does_not(step_file: Path) -> None:
+    """A child forked before the parent times (a training function started with fork)
+    times; one forked from a parent that times (a DataLoader worker) does not, and its
+    parent keeps the lock."""
+    sysmetrics.step(1)  # the parent has the file open, not timing
+    assert in_forked_child() == (True, [])
+    assert steps._timing is None
+    assert not isinstance(sysmetrics.batches([1]), type(iter([1])))  # the parent times
+    times, said = in_forked_child()
+    assert not times and len(said) == 1 and "another process" in said[0], said
+    assert steps._timing is not None
