@@ -6,7 +6,9 @@ with a ``SystemMetricsCallback`` subclass that times its own per-step hook
 puts on the trainer's step logging, less the trainer's own part) and splits the calls
 into steps that logged and steps that did not, and times the hook that stamps the step
 on the monitor at the start of each step (for run files). Prints the median µs of each,
-per framework.
+per framework; then, for plain loops under ``sysmetrics record``, what
+``sysmetrics.batches`` adds per item and ``sysmetrics.step`` costs, without the recorder,
+marking steps only, and timing them (:func:`plain_loop`).
 """
 
 from __future__ import annotations
@@ -193,6 +195,80 @@ def keras_() -> Samples:
     return cb.samples, cb.stamps  # type: ignore[attr-defined]
 
 
+def plain_loop(items: int = 20_000, rounds: int = 9) -> dict[str, tuple[float, float]]:
+    """What ``sysmetrics.batches`` adds per item and ``sysmetrics.step`` costs per call.
+
+    In this process, in rounds: a loop over ``items`` batches (arrays of 16 samples) bare,
+    through ``sysmetrics.batches`` without the recorder (``SYSMETRICS_STEP_FILE`` unset)
+    and with a step file as the recorder makes it (timing on); ``sysmetrics.step`` with no
+    step file, marking the step only (a loop without ``batches``: the cost before step
+    timing) and closing a timed step. Returns {what: (median µs, min µs)} per item or call.
+    """
+    import numpy as np
+
+    import sysmetrics
+    from sysmetrics import steps
+
+    data = [np.zeros((16, 32), dtype=np.float32)] * items
+
+    def fresh(path: str | None) -> None:  # as in a new process, SYSMETRICS_STEP_FILE=path
+        if steps._fd is not None:
+            os.close(steps._fd)
+        if steps._map is not None:
+            steps._map.close()
+        steps._map = steps._fd = steps._timing = None
+        steps._tried = steps._timing_tried = False
+        if path is None:
+            os.environ.pop(steps.ENV, None)
+        else:
+            os.environ[steps.ENV] = path
+
+    def per_item(loop: Any) -> float:
+        t = time.perf_counter()
+        for _ in loop:
+            pass
+        return (time.perf_counter() - t) / items * 1e6
+
+    def per_step(calls: int = 20_000) -> float:
+        step = sysmetrics.step
+        t = time.perf_counter()
+        for i in range(calls):
+            step(i)
+        return (time.perf_counter() - t) / calls * 1e6
+
+    saved = os.environ.get(steps.ENV)
+    times: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:  # private: mkdtemp's 0700, as record's
+        for r in range(rounds):
+            path = steps.create(tmp) if r == 0 else os.path.join(tmp, "step")
+            bare = per_item(data)
+            fresh(None)
+            times.setdefault("batches, no recorder", []).append(
+                per_item(sysmetrics.batches(data)) - bare
+            )
+            times.setdefault("step, no recorder", []).append(per_step())
+            fresh(path)
+            times.setdefault("step, marking only", []).append(per_step())
+            fresh(path)
+            times.setdefault("batches, recorder", []).append(
+                per_item(sysmetrics.batches(data)) - bare
+            )
+            times.setdefault("batches, recorder, batch_size", []).append(
+                per_item(sysmetrics.batches(data, batch_size=16)) - bare
+            )
+            times.setdefault("step, timed", []).append(per_step())
+        fresh(saved)
+    return {k: (statistics.median(v), min(v)) for k, v in times.items()}
+
+
+def report_plain_loop(result: dict[str, tuple[float, float]]) -> None:
+    print(f"\n{'plain loop':<32}{'median µs':>10}{'min µs':>10}")
+    for name, (median, least) in result.items():
+        print(f"{name:<32}{median:10.2f}{least:10.2f}")
+    print("batches: added per item over the bare loop; step: per call; marking only: under")
+    print("the recorder without batches (the cost before step timing); timed: with batches")
+
+
 def main() -> None:
     results = [("lightning", lightning()), ("transformers", transformers()), ("keras", keras_())]
     print(
@@ -203,6 +279,7 @@ def main() -> None:
         report(name, samples)
     print("quiet: per-step hook on a step that does not log; log: one that logs (median);")
     print("stamp: the hook that stamps the step on the monitor at each step's start (median)")
+    report_plain_loop(plain_loop())
 
 
 if __name__ == "__main__":

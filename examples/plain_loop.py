@@ -5,7 +5,9 @@
 
 It writes a small dataset to disk (with fsync) and reads it back, then trains a tiny MLP
 on the CPU; every third epoch its DataLoader gets slow transforms, so the report shows
-the CPU busy with data work. ``sysmetrics.step(n)`` does nothing outside ``record``.
+the CPU busy with data work (and ``step.dataWaitPercent`` up: ``sysmetrics.batches``
+times the loop's waits for each batch, ``sysmetrics.step(n)`` closes each step).
+Outside ``record`` both do nothing.
 """
 
 from __future__ import annotations
@@ -57,13 +59,13 @@ def main() -> None:
     step = 0
     for epoch in range(args.epochs):
         data = DataLoader(Noisy(x, y, slow=epoch % 3 == 2), batch_size=256, shuffle=True)
-        for xb, yb in data:
-            sysmetrics.step(step)
+        for xb, yb in sysmetrics.batches(data):  # times the waits for each batch
             loss = torch.nn.functional.mse_loss(model(xb), yb)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             step += 1
+            sysmetrics.step(step)  # one optimizer step done
         print(f"epoch {epoch}: loss {loss.item():.4f}", flush=True)
 
 

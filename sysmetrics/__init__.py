@@ -13,7 +13,7 @@ from sysmetrics.collectors.base import (
 )
 from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
-from sysmetrics.steps import step
+from sysmetrics.steps import batches, step
 
 __version__ = "0.1.0"
 
@@ -24,5 +24,6 @@ __all__ = [
     "SystemMetricsWarning",
     "SystemMonitor",
     "__version__",
+    "batches",
     "step",
 ]

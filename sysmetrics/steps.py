@@ -1,43 +1,93 @@
-"""Step markers for a program run under ``sysmetrics record``.
+"""Step markers and plain-loop step timing for a program run under ``sysmetrics record``.
 
 ``sysmetrics record`` creates a step file with :func:`create` in a private directory of
 its own (``mkdtemp``: mode 0700) and names it in the ``SYSMETRICS_STEP_FILE`` environment
 variable of the command it runs; :func:`step` writes the current step into it, and the
-recorder reads it at every sample.
+recorder reads it at every sample. Where the command wraps its loop in :func:`batches`,
+:func:`step` also closes a timed optimizer step on a
+:class:`~sysmetrics.steptime.StepClock` and writes the clock's totals into the file,
+from which the recorder's monitor makes the ``step.*`` keys (``monitor.step_timing``).
 
-The file is :data:`MAGIC` followed by :data:`WIDTH` bytes holding the step, padded with
-spaces. :func:`step` writes only into such a file: a regular file (not a link) of exactly
-:data:`SIZE` bytes that starts with :data:`MAGIC`, owned by this user, in a directory
-owned by this user that no one else may enter. Anything else named by the variable (an
-unrelated file, a FIFO, a device) is left untouched, with one
+The file (format 2) is :data:`MAGIC`, :data:`WIDTH` bytes holding the step padded with
+spaces, padding to an 8-byte boundary, and the timing block at :data:`TIMING`: a
+sequence number, the writer's pid, the :class:`~sysmetrics.steptime.StepTotals` (steps,
+seconds, wait, samples) and the sequence number again, native 8-byte fields. The writer
+stores them in that order, the sequence number one higher than the last in the file;
+the reader loads the second sequence number, then the pid and totals, then the first,
+and keeps what it read only where the two agree (a write that began after the reader's
+first load changed the first sequence number; one that had not ended changed nothing
+of the second yet). A read that raced a write is tried again, up to
+:data:`STEP_TRIES` times, then the last consistent totals stand: a writer stopped in
+the middle of a write never blocks the recorder. (The loads and stores are in program
+order, each field one aligned 8-byte copy, and each process sees the other's stores in
+the order they were made, as on x86-64.)
+
+One process of the command times steps, so that the block has one writer: the first one
+that calls :func:`batches` among those whose ``LOCAL_RANK`` (else ``RANK``) is unset or
+0 (``torchrun``'s local rank 0: on each node, that node's recorder gets that rank's
+steps), holding an exclusive ``flock`` on the step file until it exits; another process
+that tries warns once and only marks its steps (a forked child opens the file anew, so
+the lock decides there too). A process that takes the file over after
+the previous writer exited continues its totals (the recorder adds them to the
+previous writer's: the pid in the block tells them apart).
+
+:func:`step` writes only into a step file: a regular file (not a link) of exactly
+:data:`SIZE` bytes that starts with :data:`MAGIC` (or a format 1 file of an older
+recorder: :data:`MAGIC_1`, :data:`SIZE_1` bytes, the step only, no timing), owned by
+this user, in a directory owned by this user that no one else may enter. Anything else
+named by the variable (an unrelated file, a FIFO, a device) is left untouched, with one
 :class:`~sysmetrics.SystemMetricsWarning`. Outside ``sysmetrics record`` (the variable
-unset) :func:`step` does nothing.
+unset) :func:`step` does nothing and :func:`batches` returns the iterable's own iterator.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import mmap
 import os
 import stat
+import struct
 import threading
+import time
 import warnings
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Optional, TypeVar
 
 from sysmetrics.errors import SystemMetricsWarning
+from sysmetrics.steptime import StepClock, StepTotals, batch_size
+
+try:  # where the file can be locked (not on Windows: there, the ranks rule alone)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from sysmetrics.monitor import SystemMonitor
 
+T = TypeVar("T")
+
 ENV = "SYSMETRICS_STEP_FILE"
-MAGIC = b"sysmetrics step file 1\n"  # the first bytes of every step file
+MAGIC = b"sysmetrics step file 2\n"  # the first bytes of every step file
+MAGIC_1 = b"sysmetrics step file 1\n"  # format 1 (an older recorder): the step only
 WIDTH = 20  # bytes of the step; each step overwrites them all, padded with spaces
-SIZE = len(MAGIC) + WIDTH  # bytes of a step file, exactly
+SIZE_1 = len(MAGIC_1) + WIDTH  # bytes of a format 1 step file, exactly
+TIMING = (len(MAGIC) + WIDTH + 7) // 8 * 8  # offset of the timing block: 8-byte aligned
+_SEQ = struct.Struct("=Q")  # a sequence number
+_TOTALS = struct.Struct("=qqddd")  # writer's pid, steps, seconds, wait, samples
+_BLOCK = struct.Struct("=QqqdddQ")  # the whole block, as the writer stores it
+TOTALS_AT = TIMING + _SEQ.size  # offset of the pid and totals
+TAIL_AT = TOTALS_AT + _TOTALS.size  # offset of the second sequence number
+SIZE = TIMING + _BLOCK.size  # bytes of a step file, exactly
 STEP_POLL = 0.1  # longest seconds between two reads of the step file
-STEP_TRIES = 20  # reads of the step file at most, until two in a row agree
+STEP_TRIES = 20  # reads of the step file at most, until two in a row agree (or seqs)
+RANK_VARS = ("LOCAL_RANK", "RANK")  # the first one set says whether this process times
 
 _map: mmap.mmap | None = None  # the step file, mapped, once opened
+_fd: int | None = None  # the step file, open (format 2): the timing writer's lock
 _tried = False  # whether opening it was tried (it is tried once)
+_timing: _Timing | None = None  # this process's step timing, once batches() set it up
+_timing_tried = False  # whether setting it up was tried (it is tried once)
 
 
 def create(directory: str) -> str:
@@ -50,7 +100,8 @@ def create(directory: str) -> str:
     path = os.path.join(directory, "step")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, MAGIC + b" " * WIDTH)
+        gap = TIMING - len(MAGIC) - WIDTH
+        os.write(fd, MAGIC + b" " * (WIDTH + gap) + bytes(_BLOCK.size))
     finally:
         os.close(fd)
     return path
@@ -64,10 +115,10 @@ def refusal(path: str, fd: int) -> str | None:
         return "it is not a regular file"
     if st.st_uid != uid:
         return "it belongs to another user"
-    if st.st_size != SIZE:
+    if st.st_size not in (SIZE, SIZE_1):
         return f"it has {st.st_size} bytes, not {SIZE}"
     os.lseek(fd, 0, os.SEEK_SET)
-    if os.read(fd, len(MAGIC)) != MAGIC:
+    if os.read(fd, len(MAGIC)) != (MAGIC if st.st_size == SIZE else MAGIC_1):
         return "it does not start with the step file's header"
     parent = os.stat(os.path.dirname(os.path.abspath(path)))
     if hasattr(os, "geteuid") and (parent.st_uid != uid or parent.st_mode & 0o077):
@@ -75,8 +126,8 @@ def refusal(path: str, fd: int) -> str | None:
     return None
 
 
-def _open() -> mmap.mmap | None:
-    global _map, _tried
+def _open(stacklevel: int = 3) -> mmap.mmap | None:
+    global _map, _fd, _tried
     _tried = True
     path = os.environ.get(ENV)
     if not path:
@@ -90,9 +141,13 @@ def _open() -> mmap.mmap | None:
         try:
             why = refusal(path, fd)
             if why is None:
-                _map = mmap.mmap(fd, SIZE)
+                size = os.fstat(fd).st_size
+                _map = mmap.mmap(fd, size)
+                if size == SIZE:  # kept open: batches() locks it to time steps
+                    _fd, fd = fd, -1
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
     except (OSError, ValueError) as exc:  # missing, unreadable, a link
         why = f"it cannot be opened ({exc.strerror if isinstance(exc, OSError) else exc})"
     if why is not None:
@@ -100,9 +155,190 @@ def _open() -> mmap.mmap | None:
             f"sysmetrics: {ENV}={path[:120]!r} names no step file made by sysmetrics record "
             f"({why}); sysmetrics.step() marks no steps in this process",
             SystemMetricsWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     return _map
+
+
+class _Timing:
+    """The process's step clock, and the writer of its totals into the step file."""
+
+    __slots__ = ("clock", "map", "pid", "published", "samples", "seq", "world")
+
+    def __init__(self, m: mmap.mmap, world: int) -> None:
+        self.clock = StepClock()
+        self.map = m
+        self.pid = os.getpid()
+        self.world = world  # WORLD_SIZE; 0: samples are not counted
+        self.samples = 0.0  # samples of the optimizer step under way, whole job
+        (self.seq,) = _SEQ.unpack_from(m, TIMING)  # a previous writer's last: go on from it
+        self.published = self.clock.totals
+
+    def close_step(self) -> None:
+        """An optimizer step ends: close it on the clock and write the totals."""
+        clock = self.clock
+        clock.end(self.samples)
+        self.samples = 0.0
+        t = clock.totals
+        if t is not self.published:  # the first step() of a loop only starts the timing
+            self.publish(t)
+
+    def publish(self, t: StepTotals) -> None:
+        """Write ``t`` into the timing block: sequence number, pid, totals, sequence number."""
+        self.published = t
+        self.seq = seq = self.seq + 1
+        _BLOCK.pack_into(self.map, TIMING, seq, self.pid, *t, seq)
+
+
+def _local_rank_zero() -> bool:
+    """Whether ``LOCAL_RANK`` (else ``RANK``) is unset or 0 in this process."""
+    for name in RANK_VARS:
+        value = os.environ.get(name)
+        if value is not None:
+            try:
+                return int(value) == 0
+            except ValueError:
+                return False
+    return True
+
+
+def _world_size(stacklevel: int) -> int:
+    """``WORLD_SIZE`` (1 where unset); 0, with one warning, where it is no positive integer."""
+    value = os.environ.get("WORLD_SIZE")
+    if value is None:
+        return 1
+    try:
+        world = int(value)
+    except ValueError:
+        world = 0
+    if world < 1:
+        warnings.warn(
+            f"sysmetrics: WORLD_SIZE={value[:40]!r} is not a positive integer; "
+            "sysmetrics.batches() counts no samples (no step.samplesPerSecond)",
+            SystemMetricsWarning,
+            stacklevel=stacklevel + 1,
+        )
+        return 0
+    return world
+
+
+def _setup(stacklevel: int) -> _Timing | None:
+    """The process's :class:`_Timing`, where it is the one that times (see the module)."""
+    global _timing, _timing_tried
+    _timing_tried = True
+    m = _map
+    if m is None and (_tried or (m := _open(stacklevel + 1)) is None):
+        return None
+    fd = _fd
+    if fd is None or not _local_rank_zero():  # a format 1 file; another rank
+        return None
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the process exits
+        except OSError as exc:
+            warnings.warn(
+                "sysmetrics: another process of this command times its steps already "
+                f"(the step file is locked: {exc.strerror}); sysmetrics.step() marks this "
+                "process's steps without timing them",
+                SystemMetricsWarning,
+                stacklevel=stacklevel,
+            )
+            return None
+    _timing = _Timing(m, _world_size(stacklevel))
+    return _timing
+
+
+def _forked() -> None:
+    """In a forked child: open the step file anew on its first use, as a new process.
+
+    The inherited descriptor shares the parent's lock: kept, the child (a DataLoader
+    worker) could time beside a parent that times, or take the lock a parent that did
+    not time yet would then share. Closing the child's copy leaves the parent's lock.
+    """
+    global _map, _fd, _tried, _timing, _timing_tried
+    if _fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(_fd)
+    if _map is not None:
+        with contextlib.suppress(BufferError, ValueError):
+            _map.close()
+    _map = _fd = _timing = None
+    _tried = _timing_tried = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _check_batch_size(value: object) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"batch_size={value!r} is invalid: use the number of samples in each item "
+            "(a positive integer), or None to take it from each item"
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"batch_size={value!r} is invalid: use the number of samples in each item "
+            "(a positive integer), or None to take it from each item"
+        )
+    return float(value)
+
+
+def batches(iterable: Iterable[T], batch_size: Optional[int] = None) -> Iterator[T]:
+    """Yield ``iterable``'s items, timing the loop's waits for each, for ``sysmetrics record``.
+
+    ``for batch in sysmetrics.batches(loader): ...; sysmetrics.step(i)``: under the
+    recorder, each ``next()`` on ``iterable`` is timed (``time.perf_counter``) as the
+    loop's wait for data, each :func:`step` closes an optimizer step, and the recorder's
+    run file gets ``step.seconds``, ``step.dataWaitPercent``, ``step.samplesPerSecond``
+    and ``step.energyJoules``. Each call starts a new loop (an epoch): the time since the
+    previous loop's last step is no step's. With gradient accumulation, call
+    :func:`step` once per optimizer step: its waits are all its items' waits.
+
+    Args:
+        iterable: the training loop's batches (a ``DataLoader``, a list, a generator).
+        batch_size: samples in each item; None (the default) takes it from each item
+            (the first dimension of its first tensor or array, see
+            :func:`sysmetrics.steptime.batch_size`; an item without one counts none).
+            Multiplied by ``WORLD_SIZE`` where it is set: samples of the whole job.
+
+    Without the recorder, or in a process that does not time (see
+    :mod:`sysmetrics.steps`: ``LOCAL_RANK`` not 0, ...), this returns ``iter(iterable)``:
+    nothing is added per item.
+
+    Raises:
+        TypeError, ValueError: ``batch_size`` is not a positive number (with or
+            without the recorder).
+
+    """
+    size = _check_batch_size(batch_size)
+    timing = _timing if _timing_tried else _setup(stacklevel=3)
+    if timing is None:
+        return iter(iterable)
+    return _timed(iterable, timing, size)
+
+
+def _timed(iterable: Iterable[T], timing: _Timing, size: Optional[float]) -> Iterator[T]:
+    perf = time.perf_counter
+    clock = timing.clock
+    world = timing.world
+    clock.restart()  # a new loop: its first step runs from here
+    start = perf()
+    it = iter(iterable)
+    while True:
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        clock.waited(perf() - start)
+        if world:
+            n = size if size is not None else batch_size(item)
+            if n:
+                timing.samples += n * world
+        yield item
+        start = perf()
 
 
 def step(n: int) -> None:
@@ -110,25 +346,32 @@ def step(n: int) -> None:
 
     The first call maps the step file named by ``SYSMETRICS_STEP_FILE`` into memory; each
     call then writes ``n`` into the mapping, with no system call (a few hundred ns, mostly
-    formatting ``n``). Without the variable every call returns at once; where it names
-    no step file made by the recorder (see the module), the file is never written: the
-    first call warns once, the others return at once. A step longer than 20 characters
-    is skipped (never an error in the loop); the recorder ignores what does not read as
-    an integer.
+    formatting ``n``). In a loop wrapped in :func:`batches`, each call also closes an
+    optimizer step and writes the step timing's totals (about a µs more). Without the
+    variable every call returns at once; where it names no step file made by the
+    recorder (see the module), the file is never written: the first call warns once,
+    the others return at once. A step longer than 20 characters is not written (never
+    an error in the loop); the recorder ignores what does not read as an integer.
     """
     m = _map
     if m is None and (_tried or (m := _open()) is None):
         return
+    timing = _timing
+    if timing is not None:
+        timing.close_step()
     try:
         data = f"{n:<20}".encode()  # WIDTH bytes: nothing of a longer step is left behind
     except (TypeError, ValueError):  # not formattable (a tensor of several elements, ...)
         return
     if len(data) == WIDTH:
-        m[len(MAGIC) : SIZE] = data
+        m[len(MAGIC) : len(MAGIC) + WIDTH] = data
 
 
 class _StepReader(threading.Thread):
-    """Sets ``monitor.step`` from the step file every ``STEP_POLL`` s (or interval)."""
+    """Sets ``monitor.step`` from the step file every ``STEP_POLL`` s (or interval).
+
+    It also sets ``monitor.step_timing`` to :meth:`timing`, the command's step totals.
+    """
 
     def __init__(self, monitor: SystemMonitor, path: str) -> None:
         super().__init__(name="sysmetrics-steps", daemon=True)
@@ -139,6 +382,13 @@ class _StepReader(threading.Thread):
         finally:
             os.close(fd)
         self.done = threading.Event()
+        self._lock = threading.Lock()  # timing() runs on the sampling thread and in close()
+        self._totals: StepTotals | None = None  # the last consistent totals, as given
+        self._seq = 0  # the sequence number they were read at
+        self._pid = 0  # the writer they came from
+        self._raw = StepTotals(0, 0, 0.0, 0.0)  # its totals, as in the file
+        self._base = StepTotals(0, 0, 0.0, 0.0)  # the previous writers' totals
+        monitor.step_timing = self.timing
 
     def read(self) -> None:
         """Take the step in the file; what is not an integer is ignored.
@@ -146,15 +396,62 @@ class _StepReader(threading.Thread):
         A read that raced a write (two reads that differ) is tried again, up to
         ``STEP_TRIES`` times: a loop that marks a step every microsecond still gets read.
         """
-        start = len(MAGIC)  # the header, then the step
+        start, end = len(MAGIC), len(MAGIC) + WIDTH  # the header, then the step
         with contextlib.suppress(ValueError):
-            text = self.map[start:]
+            text = self.map[start:end]
             for _ in range(STEP_TRIES):
-                again = self.map[start:]
+                again = self.map[start:end]
                 if again == text:
                     self.monitor.step = int(text.decode())
                     return
                 text = again
+
+    def timing(self) -> StepTotals | None:
+        """The command's step totals: the last consistent ones in the file (any thread).
+
+        None until a process of the command has timed a step. A read that raced a write
+        (the sequence numbers differ) is tried again, up to ``STEP_TRIES`` times; then,
+        as for totals that are no totals (not finite, negative, going back), the last
+        consistent totals stand. The totals of a writer that took the file over (another
+        pid) are added to the previous writer's, so they only grow. The step is read
+        too (:meth:`read`): a sample with step keys has the step they reached, not the
+        one of the last poll.
+        """
+        self.read()
+        with self._lock:
+            m = self.map
+            for _ in range(STEP_TRIES):
+                try:  # in this order: see the module
+                    (tail,) = _SEQ.unpack_from(m, TAIL_AT)
+                    pid, steps, seconds, wait, samples = _TOTALS.unpack_from(m, TOTALS_AT)
+                    (head,) = _SEQ.unpack_from(m, TIMING)
+                except ValueError:  # closed: the last read of close() stands
+                    return self._totals
+                if head == tail:
+                    break
+            else:  # a write under way at every try: a writer stopped in the middle
+                return self._totals
+            if pid == 0 or tail == self._seq:  # nothing written yet, or nothing new
+                return self._totals
+            self._seq = tail
+            raw = StepTotals(steps, seconds, wait, samples)
+            if not (
+                steps >= 0
+                and all(math.isfinite(x) and x >= 0.0 for x in raw[1:])
+                and wait <= seconds * (1 + 1e-9)
+            ):
+                return self._totals
+            if pid != self._pid:  # a new writer: its totals count from zero
+                self._pid = pid
+                self._base = self._totals or self._base
+            elif any(new < old for new, old in zip(raw, self._raw)):
+                return self._totals
+            self._raw = raw
+            b = self._base
+            self._totals = StepTotals(
+                b.steps + steps, b.seconds + seconds, b.wait + wait, b.samples + samples
+            )
+            return self._totals
 
     def run(self) -> None:
         wait = min(self.monitor.interval, STEP_POLL)
@@ -167,4 +464,6 @@ class _StepReader(threading.Thread):
         if self.ident is not None:  # started
             self.join()
         self.read()
-        self.map.close()
+        self.timing()  # the monitor's last sample gets these (the map is closed then)
+        with self._lock:
+            self.map.close()

@@ -504,7 +504,10 @@ def fresh_step(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
     """``step()`` as in a new process whose ``SYSMETRICS_STEP_FILE`` names ``path``."""
     monkeypatch.setenv(steps.ENV, str(path))
     monkeypatch.setattr(steps, "_map", None)
+    monkeypatch.setattr(steps, "_fd", None)
     monkeypatch.setattr(steps, "_tried", False)
+    monkeypatch.setattr(steps, "_timing", None)
+    monkeypatch.setattr(steps, "_timing_tried", False)
 
 
 def test_step_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -514,14 +517,17 @@ def test_step_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     fresh_step(monkeypatch, path)
     sysmetrics.step(123456)
     sysmetrics.step(7)
-    assert path.read_bytes() == steps.MAGIC + b"7".ljust(steps.WIDTH)
+    empty = bytes(steps.SIZE - steps.TIMING)  # no timing: no loop wrapped in batches()
+    rest = b" " * (steps.TIMING - len(steps.MAGIC) - steps.WIDTH) + empty
+    assert path.read_bytes() == steps.MAGIC + b"7".ljust(steps.WIDTH) + rest
     # A step too long for the file is skipped, never an error in the training loop.
     sysmetrics.step(10**30)
     sysmetrics.step("é" * 15)  # type: ignore[arg-type]
     sysmetrics.step(object())  # type: ignore[arg-type]
-    assert path.read_bytes() == steps.MAGIC + b"7".ljust(steps.WIDTH)
-    assert steps._map is not None
+    assert path.read_bytes() == steps.MAGIC + b"7".ljust(steps.WIDTH) + rest
+    assert steps._map is not None and steps._fd is not None
     steps._map.close()
+    os.close(steps._fd)
 
 
 def step_file_copy(directory: Path, mode: int = 0o700) -> Path:
@@ -529,6 +535,12 @@ def step_file_copy(directory: Path, mode: int = 0o700) -> Path:
     directory.mkdir(mode=mode)
     directory.chmod(mode)  # whatever the umask
     return Path(steps.create(str(directory)))
+
+
+def step_file_bytes() -> bytes:
+    """The bytes of a new step file, as the recorder writes them."""
+    gap = steps.TIMING - len(steps.MAGIC) - steps.WIDTH
+    return steps.MAGIC + b" " * (steps.WIDTH + gap) + bytes(steps.SIZE - steps.TIMING)
 
 
 UNRELATED = {
@@ -540,7 +552,10 @@ UNRELATED = {
     # A step file's bytes exactly, but in a directory others may enter (not the recorder's).
     "in-a-shared-directory": lambda d: (step_file_copy(d / "shared", 0o755), None),
     # A step file with one byte more.
-    "one-byte-longer": lambda d: (d / "longer", steps.MAGIC + b" " * (steps.WIDTH + 1)),
+    "one-byte-longer": lambda d: (d / "longer", step_file_bytes() + b" "),
+    # A format 1 step file's header at format 2's size, and the other way round.
+    "old-header-new-size": lambda d: (d / "old", steps.MAGIC_1 + step_file_bytes()[23:]),
+    "new-header-old-size": lambda d: (d / "new", (steps.MAGIC + b" " * 40)[: steps.SIZE_1]),
 }
 
 
@@ -585,7 +600,7 @@ def test_step_leaves_other_kinds_of_path_alone(
     sysmetrics.step(8)  # warned once: later calls return at once
     assert steps._tried and steps._map is None
     if kind == "symlink":
-        assert path.read_bytes() == steps.MAGIC + b" " * steps.WIDTH
+        assert path.read_bytes() == step_file_bytes()
 
 
 @pytest.mark.parametrize(
