@@ -37,6 +37,7 @@ from sysmetrics._child import (
     _status,
     _wait_exited,
 )
+from sysmetrics.announce import LiveFindings
 from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.live import LiveView
 from sysmetrics.monitor import SystemMonitor
@@ -91,6 +92,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     rec.add_argument(
         "--live", action="store_true", help="print a compact line per interval to stderr"
+    )
+    rec.add_argument(
+        "--no-findings",
+        dest="live_findings",
+        action="store_false",
+        help="do not say the findings while recording (default: each finding once, on "
+        "stderr, as the option live_findings of the callbacks)",
     )
     rec.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     return parser, {"record": rec, "report": report.add_parser(subs)}
@@ -351,18 +359,31 @@ def _watch(
         sink = JsonlSink(monitor, args.output, command=command)
         ending: dict[str, Any] = {}  # how the command ended, for the run file's end line
         stack.callback(lambda: sink.close(end=ending))
+        if args.live_findings:  # closed after the last sample, before the sink
+            told = LiveFindings(
+                monitor, _say, run={"pid": monitor.pid, "interval": monitor.interval}
+            )
+            stack.callback(told.close)
         stack.callback(monitor.stop)  # the last sample, with the last step, then the sink
         steps = _StepReader(monitor, step_file)
         stack.callback(steps.close)
         monitor.start()
         proxy.monitor = monitor
         steps.start()
+        if args.live_findings:
+            told.start()
         if args.live:
             live = LiveView(monitor)
             stack.callback(live.close)
             live.start()
         _wait_exited(child)
         ending.update(_ending(child))
+
+
+def _say(line: str) -> None:
+    """A finding, told live: one line on standard error, as the command's own go."""
+    with contextlib.suppress(OSError, ValueError):  # stderr gone or closed
+        print(line, file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

@@ -104,6 +104,7 @@ class CallbackOptions(CollectorOptions, _EngineOptions, total=False):
     include: str | Iterable[str] | None
     exclude: str | Iterable[str] | None
     console: bool
+    live_findings: bool
     monitor: SystemMonitor | None
     run_file: PathLike | bool | None
 
@@ -294,6 +295,16 @@ OPTIONS: tuple[Option, ...] = (
         "log lines); by default they reach the loggers only",
         scope="callback",
         aliases=("prog_bar", "progress_bar", "verbose"),
+    ),
+    Option(
+        "live_findings",
+        True,
+        check_bool("live_findings"),
+        "say each finding (input-bound, stall, ...) once, in one line, while training "
+        "(rank 0, through the framework's logging; sysmetrics record: standard error); "
+        "False keeps the console as it is without sysmetrics",
+        scope="callback",
+        aliases=("findings", "diagnose"),
     ),
     Option(
         "monitor",
