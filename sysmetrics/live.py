@@ -35,12 +35,18 @@ def live_line(
     """One line for a sample: the parts whose keys are present, rates since ``previous``.
 
     ``values`` and ``previous`` are two samples ``seconds`` apart; ``step`` is the training
-    step (None where not marked). Example: ``step 120 | cpu 97% | pss 1.2 GiB | gpu0 88%
-    31.2 GiB 245 W | disk r 12.0 w 3.1 MiB/s | net in 1.0 out 0.2 MiB/s``.
+    step (None where not marked). Example: ``step 120 | 0.05 s/step wait 40% | cpu 97% |
+    pss 1.2 GiB | gpu0 88% 31.2 GiB 245 W | disk r 12.0 w 3.1 MiB/s | net in 1.0 out 0.2
+    MiB/s``.
     """
     parts = []
     if step is not None:
         parts.append(f"step {step}")
+    if "step.seconds" in values:  # only on the lines whose sample closed a step
+        speed = f"{values['step.seconds']:.3g} s/step"
+        if "step.dataWaitPercent" in values:
+            speed += f" wait {values['step.dataWaitPercent']:.0f}%"
+        parts.append(speed)
     if "cpu" in values:
         parts.append(f"cpu {values['cpu']:.0f}%")
     if "proc.memory.pssMB" in values:  # the job's memory, shared pages counted once

@@ -77,3 +77,9 @@ def test_record_live_prints_a_line_per_interval() -> None:
     assert len(lines) <= (time.monotonic() - start) / 0.2 + 1
     assert "disk r" in lines[-1]
     assert any("pss" in x for x in lines)  # on the lines whose sample has a PSS reading
+
+
+def test_live_line_shows_the_step_time_where_a_step_closed() -> None:
+    timed = {"step.seconds": 0.0502, "step.dataWaitPercent": 39.6, "cpu": 50.0}
+    assert live_line(timed, {}, 1.0, 7) == "step 7 | 0.0502 s/step wait 40% | cpu 50%"
+    assert live_line({"cpu": 50.0}, {}, 1.0, 7) == "step 7 | cpu 50%"  # none closed
