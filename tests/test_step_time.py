@@ -11,7 +11,9 @@ batch logs and CSVLogger file) at the loss steps.
 from __future__ import annotations
 
 import csv
+import json
 import os
+import statistics
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -116,13 +118,21 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
 def test_lightning_step_time_and_data_wait(tmp_path: Path, accumulate: int) -> None:
     from sysmetrics.integrations.lightning import SystemMetricsCallback
 
-    path = lightning_fit(tmp_path, SystemMetricsCallback(interval=INTERVAL), accumulate)
+    cb = SystemMetricsCallback(interval=INTERVAL, run_file=True)
+    path = lightning_fit(tmp_path, cb, accumulate)
     rows = csv_rows(path)
     loss_steps = {r["step"] for r in rows if r.get("train_loss")}
     timed = [r for r in rows if r.get("system/step.seconds")]
     assert {r["step"] for r in timed} <= loss_steps
     per_step = accumulate * (FETCH + COMPUTE)
     assert check_points(timed, per_step, "system/") >= 2, rows
+    # The run file has them too, on each sample that closed a step (none on the others).
+    lines = [json.loads(x) for x in (path.parent / "system_metrics.jsonl").read_text().splitlines()]
+    samples = [x["metrics"] for x in lines if "metrics" in x]
+    closed = [m for m in samples if "step.seconds" in m]
+    assert 0 < len(closed) < len(samples)
+    median = statistics.median(m["step.seconds"] for m in closed)
+    assert abs(median - per_step) <= 0.2 * per_step, closed
 
 
 def test_lightning_shared_monitor_gets_the_keys_for_the_run_only(tmp_path: Path) -> None:
