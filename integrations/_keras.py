@@ -45,6 +45,55 @@ def batches_done(batch: int, per_call: int, steps: int | None) -> int:
     return min(done, steps) if steps else done
 
 
+class BatchSizes:
+    """The samples in ``fit``'s batches, from its data adapter.
+
+    ``fit`` keeps its data in a local ``epoch_iterator`` (every backend's ``fit``, Keras
+    3.0 to 3.15) whose ``data_adapter`` knows the batch size: the ``batch_size`` given to
+    ``fit`` for arrays, a ``DataLoader``'s or a batched ``tf.data.Dataset``'s own, and
+    None for generators and ``PyDataset`` (whose batches are the user's). The last batch
+    of the data may be short (``partial_batch_size``).
+
+    Args:
+        fit_frame: the frame of ``fit`` (from :func:`callback_list`).
+        steps: batches per epoch (``params["steps"]``).
+
+    """
+
+    __slots__ = ("batch", "last", "partial")
+
+    def __init__(self, fit_frame: FrameType, steps: int | None) -> None:
+        adapter = getattr(fit_frame.f_locals.get("epoch_iterator"), "data_adapter", None)
+        size = getattr(adapter, "batch_size", None)
+        self.batch = int(size) if isinstance(size, int) and size > 0 else 0  # 0: unknown
+        partial = getattr(adapter, "partial_batch_size", None) if self.batch else None
+        # The short batch ends each epoch only where an epoch is one pass over the data.
+        whole_passes = steps is not None and steps == getattr(adapter, "num_batches", None)
+        short = isinstance(partial, int) and 0 < partial < self.batch and whole_passes
+        self.last: int | None = steps if short else None  # the epoch's batches, if short
+        self.partial = int(partial) if short and partial is not None else 0
+
+    def samples(self, first: int, done: int) -> int:
+        """Samples in the epoch's batches ``first`` (0-based) up to ``done`` (excluded)."""
+        n = (done - first) * self.batch
+        if self.last is not None and done == self.last and done > first:
+            n -= self.batch - self.partial
+        return n
+
+
+def micro_batches(optimizer: Any) -> int:
+    """Batches the optimizer has been applied to (``optimizer._iterations``), read once.
+
+    With ``gradient_accumulation_steps=g`` Keras updates the weights at the batch that
+    brings this count to a multiple of g (``BaseOptimizer.apply``); the public
+    ``iterations`` counts updates only. 0 where it cannot be read.
+    """
+    try:
+        return int(keras.ops.convert_to_numpy(optimizer._iterations))
+    except Exception:  # an optimizer without the counter: count from this fit
+        return 0
+
+
 def callback_list() -> tuple[Any, FrameType] | None:
     """From a callback's ``on_train_begin``: ``fit``'s ``CallbackList`` and ``fit``'s frame."""
     return calling_frame(CallbackList)

@@ -22,6 +22,19 @@ def logged_step(trainer: pl.Trainer) -> int:
     return int(trainer.fit_loop.epoch_loop._batches_that_stepped)
 
 
+def closes_optimizer_step(trainer: pl.Trainer) -> bool:
+    """From ``on_train_batch_end``: whether this batch closes an optimizer step.
+
+    Lightning's own rule (``_TrainingEpochLoop._should_accumulate``, evaluated after the
+    batch is counted ready): with ``accumulate_grad_batches=k`` the k-th batch of each
+    group, or the epoch's last batch (unless the strategy accumulates itself, as
+    DeepSpeed does); with manual optimization every batch is one step.
+    """
+    if not trainer.lightning_module.automatic_optimization:
+        return True
+    return not trainer.fit_loop._should_accumulate()
+
+
 def log_every_n_steps(trainer: pl.Trainer) -> int:
     """``Trainer(log_every_n_steps=...)``: the trainer keeps it as an untyped attribute."""
     return int(getattr(trainer, "log_every_n_steps", 50))
@@ -45,10 +58,7 @@ def on_train_step_log(trainer: pl.Trainer, hook: Callable[[int, bool], None]) ->
     original = connector.update_train_step_metrics
 
     def update_train_step_metrics() -> None:
-        fit_loop = trainer.fit_loop
-        accumulating = (
-            fit_loop._should_accumulate() and trainer.lightning_module.automatic_optimization
-        )
+        accumulating = not closes_optimizer_step(trainer)
         step = logged_step(trainer)
         trainer_logs = bool(connector.should_update_logs or getattr(trainer, "fast_dev_run", 0))
         original()

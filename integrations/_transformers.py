@@ -64,3 +64,23 @@ def filter_console(
             vars(cb).pop("on_log", None)
 
     return undo
+
+
+def samples_per_step(trainer: Any, args: Any, state: Any) -> float:
+    """Samples one optimizer step trains on over the whole job (0.0 where unknown).
+
+    The Trainer's own ``get_total_train_batch_size(args)`` (transformers 5: micro-batch x
+    ``gradient_accumulation_steps`` x the data-parallel world size, without tensor,
+    context and sequence parallel ranks) where there is one; else ``state.train_batch_size``
+    (the micro-batch ``auto_find_batch_size`` settled on) or
+    ``per_device_train_batch_size``, x ``gradient_accumulation_steps`` x ``world_size``.
+    Nominal: a short last batch of an epoch counts as a whole one.
+    """
+    total = getattr(trainer, "get_total_train_batch_size", None)
+    if callable(total):
+        try:
+            return float(total(args))
+        except Exception:  # a Trainer subclass's override failed: the formula below
+            pass
+    micro = getattr(state, "train_batch_size", None) or args.per_device_train_batch_size
+    return float(micro * args.gradient_accumulation_steps * max(args.world_size, 1))

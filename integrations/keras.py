@@ -34,7 +34,11 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
     monitor stops within about 0.2 s of ``fit`` leaving the stack, even while the
     traceback is kept (a notebook keeps the last one).
 
-    Keys: every key of :class:`sysmetrics.SystemMonitor`, after ``prefix``.
+    Keys: every key of :class:`sysmetrics.SystemMonitor`, after ``prefix``, and the
+    ``step.*`` keys (:mod:`sysmetrics.steptime`) from its hooks: a step from
+    ``on_train_batch_begin`` to ``on_train_batch_end`` (with the optimizer's
+    ``gradient_accumulation_steps``, to the batch that applies the update), waiting in
+    between; the samples are the batch size ``fit`` uses, where its data adapter knows it.
 
     Args:
         **options: the callback's options and :class:`sysmetrics.SystemMonitor`'s, each
@@ -62,17 +66,25 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
         self._per_call = 1  # batches per on_train_batch_end call
         self._steps: int | None = None  # batches per epoch, where Keras knows
         self._epochs: Reader | None = None  # with "step": the epochs' own windows
+        self._sizes: _keras.BatchSizes | None = None  # fit's batch size, where known
+        self._accumulate = 1  # the optimizer's gradient_accumulation_steps
+        self._micro = 0  # batches the optimizer had been applied to before this fit
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._batches = self._epoch_start = 0
         # With ``steps_per_execution=k`` there is one call per k batches.
         self._per_call = _keras.batches_per_call(self.model)
         self._steps = (self.params or {}).get("steps")
+        optimizer = getattr(self.model, "optimizer", None)
+        self._accumulate = int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
+        self._micro = _keras.micro_batches(optimizer) if self._accumulate > 1 else 0
+        self._sizes = None
         found = _keras.callback_list()
         if found is None:
             self.core.start(step=1)  # the first batch's, as on_train_batch_begin stamps it
         else:
             callbacks, fit_frame = found
+            self._sizes = _keras.BatchSizes(fit_frame, self._steps)
             move_to_front(callbacks.callbacks, self)
             undo = (
                 None
@@ -87,18 +99,38 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_start = self._batches
+        self.core.clock.restart()
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self.core.set_step(self._batches + 1)  # the batch being trained, for the run file
+        self.core.clock.begin()  # the time since the previous call's end was waiting
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        done = self._epoch_start + _keras.batches_done(batch, self._per_call, self._steps)
+        start = self._epoch_start
+        done = start + _keras.batches_done(batch, self._per_call, self._steps)
         before, self._batches = self._batches, done
+        self._mark_steps(before, done)
         if logs is None or self.core.logging_interval != "step":
             return
         n = self.core.log_every_n_steps or 1
         if done // n > before // n:  # a multiple of n among the batches of this call
             logs.update(self.core.metrics())
+
+    def _mark_steps(self, before: int, done: int) -> None:
+        """End the call that trained this fit's batches ``before`` to ``done`` (excluded).
+
+        One call trains ``steps_per_execution`` batches; with the optimizer's
+        ``gradient_accumulation_steps=g`` the batches that bring its count to a multiple
+        of g close the optimizer steps. A call that closes several marks its time as the
+        first's (the others end at once): the mean over the steps is the same.
+        """
+        sizes, clock, g = self._sizes, self.core.clock, self._accumulate
+        start = self._epoch_start
+        samples = sizes.samples(before - start, done - start) if sizes is not None else 0
+        steps = (self._micro + done) // g - (self._micro + before) // g  # done - before: g=1
+        clock.end(samples, steps > 0)
+        for _ in range(steps - 1):
+            clock.end()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if logs is not None:

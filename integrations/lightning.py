@@ -13,6 +13,7 @@ from typing_extensions import Unpack, override
 
 from sysmetrics.callback import CallbackCore
 from sysmetrics.options import CallbackOptions
+from sysmetrics.steptime import batch_size
 
 from . import _lightning
 
@@ -32,7 +33,10 @@ class SystemMetricsCallback(Callback):
 
     Keys: every key of :class:`sysmetrics.SystemMonitor` (``cpu``, ``proc.memory.rssMB``,
     ``disk./.usagePercent``, ...; see the README's table), after ``prefix`` joined with
-    each logger's ``group_separator``.
+    each logger's ``group_separator``, and the ``step.*`` keys (:mod:`sysmetrics.steptime`)
+    from its hooks: a step from ``on_train_batch_start`` to ``on_train_batch_end`` (with
+    ``accumulate_grad_batches``, to the batch that closes the optimizer step), waiting
+    in between; the samples are each batch's size x ``trainer.world_size``.
 
     In distributed training the local rank 0 of each node samples the whole job on its
     node (every local rank's process tree, learned with one all-gather at train start),
@@ -58,6 +62,8 @@ class SystemMetricsCallback(Callback):
     def __init__(self, **options: Unpack[CallbackOptions]) -> None:
         self.core = CallbackCore(owner=type(self).__name__, **options)
         self._shown: dict[str, float] = {}
+        self._world = 1  # trainer.world_size: a batch's samples over the whole job
+        self._accumulates = False  # accumulate_grad_batches > 1
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -76,6 +82,8 @@ class SystemMetricsCallback(Callback):
         if trainer.is_global_zero and self.core.console:
             undo.append(_lightning.show_in_progress_bar(trainer, self._shown.copy))
         self._shown.clear()
+        self._world = max(int(trainer.world_size), 1)
+        self._accumulates = int(getattr(trainer, "accumulate_grad_batches", 1) or 1) > 1
 
         def cleanup() -> None:
             for u in undo:
@@ -97,6 +105,28 @@ class SystemMetricsCallback(Callback):
     ) -> None:
         # The step this batch's metrics are logged at, for the run file's samples.
         self.core.set_step(_lightning.logged_step(trainer))
+        self.core.clock.begin()  # the time since the previous batch's end was waiting
+
+    @override
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        n = batch_size(batch)
+        step = not self._accumulates or _lightning.closes_optimizer_step(trainer)
+        self.core.clock.end(n * self._world if n else 0.0, step)
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.core.clock.restart()  # the time before the epoch (validation) is no step's
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.core.clock.restart()  # a validation inside the epoch is no step's either
 
     def _on_step_log(self, trainer: pl.Trainer, step: int, trainer_logs: bool) -> None:
         """Where the trainer decides whether it logs its metrics for ``step`` (every rank)."""

@@ -45,7 +45,10 @@ class SystemMetricsCallback(TrainerCallback):
     starts in ``on_train_begin`` and stops in ``on_train_end``; when ``train()`` raises
     instead, it stops within about 0.2 s of the training loop leaving the stack.
 
-    Keys: every key of :class:`sysmetrics.SystemMonitor`, after ``prefix``.
+    Keys: every key of :class:`sysmetrics.SystemMonitor`, after ``prefix``, and the
+    ``step.*`` keys (:mod:`sysmetrics.steptime`) from its hooks: an optimizer step from
+    ``on_step_begin`` to ``on_step_end``, waiting in between (the Trainer fetches the
+    step's micro-batches there); the samples are the Trainer's total train batch size.
 
     Args:
         **options: the callback's options and :class:`sysmetrics.SystemMonitor`'s, each
@@ -66,12 +69,14 @@ class SystemMetricsCallback(TrainerCallback):
         self._last_log = -1  # the step of the Trainer's latest training log
         self._epoch_due = False  # an epoch ended (or training will) and has no point yet
         self._trainer: Any = None  # the Trainer of this run, to log a late epoch point
+        self._samples = 0.0  # samples per optimizer step, whole job
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         self._last_step = self._last_log = -1
         self._epoch_due = False
+        self._samples = _transformers.samples_per_step(None, args, state)
         sample = state.is_local_process_zero
         found = _transformers.callback_handler()
         if found is None:
@@ -86,6 +91,7 @@ class SystemMetricsCallback(TrainerCallback):
         handler, loop_frame = found
         move_to_front(handler.callbacks, self)
         self._trainer = _transformers.trainer_of(loop_frame)
+        self._samples = _transformers.samples_per_step(self._trainer, args, state)
         undo = (
             None if self.core.console else _transformers.filter_console(handler, self.core.hidden)
         )
@@ -108,15 +114,25 @@ class SystemMetricsCallback(TrainerCallback):
     ) -> None:
         # The step this step's loss is logged at, for the run file's samples.
         self.core.set_step(state.global_step + 1)
+        # Since the previous step's end: its logging, saving, and the fetch of every
+        # micro-batch of this step (the Trainer fetches them all before this hook).
+        self.core.clock.begin()
 
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         self._epoch_due = False
+        self.core.clock.restart()
+
+    def on_evaluate(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        self.core.clock.restart()  # the evaluation since the previous step is no step's
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
+        self.core.clock.end(self._samples)  # one optimizer step (its micro-batches)
         # This callback runs first, before the Trainer decides to log at this step.
         step = state.global_step
         n = self.core.log_every_n_steps

@@ -27,6 +27,7 @@ from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOptions
 from sysmetrics.reader import Reader
 from sysmetrics.sinks.jsonl import JsonlSink
+from sysmetrics.steptime import StepClock
 
 RUN_FILE = "system_metrics.jsonl"  # the run file's name in the run's log directory
 RUN_FILE_NODE = "system_metrics.node{node}.jsonl"  # the same, one per node on several nodes
@@ -183,6 +184,9 @@ class CallbackCore:
         self._produced: set[str] = set()  # every name ``named()`` has given out
         self._lock = threading.Lock()
         self.run: Run | None = None  # the current (or latest) run
+        # The framework's hooks mark the steps on it (training thread); a new one each
+        # run, so a shared monitor's step keys count this run's steps only.
+        self.clock = StepClock()
 
     @property
     def monitor(self) -> SystemMonitor | None:
@@ -263,6 +267,7 @@ class CallbackCore:
         self.stop()
         layout = distributed.layout(node)  # a collective: before anything may fail
         with self._lock:
+            self.clock = StepClock()
             run = self.run = Run(layout, self.shared)
             own, self._unstarted = self._unstarted, None
             run.cleanup = cleanup
@@ -313,6 +318,9 @@ class CallbackCore:
         run.monitor = monitor
         if step is not None:
             monitor.step = step
+        # The step.* keys come from the hooks' marks; the run unsets it on a shared
+        # monitor at its end (if it is still this run's).
+        monitor.step_timing = run.step_timing = self.clock.read
         monitor.job.watch(run.layout.local_pids)  # every rank on this node
         self._open_run_file(run, monitor, run_dir)
         monitor.start()  # idempotent; the user stops a shared one

@@ -9,6 +9,7 @@ from sysmetrics import distributed
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Reader
 from sysmetrics.sinks.jsonl import JsonlSink
+from sysmetrics.steptime import TotalsSource
 
 
 class Run:
@@ -28,6 +29,7 @@ class Run:
         self.reader: Reader | None = None  # this run's reader of it
         self.extra: list[Reader] = []  # more readers of this run (Keras: the epochs')
         self.sink: JsonlSink | None = None  # the run file
+        self.step_timing: TotalsSource | None = None  # what this run set on the monitor
         self.cancel_watch: Callable[[], None] | None = None
         self.cleanup: Callable[[], None] | None = None
 
@@ -55,8 +57,11 @@ class Run:
         readers = [self.reader, *self.extra]
         self.reader, self.extra = None, []
         sink, self.sink = self.sink, None
+        timing, self.step_timing = self.step_timing, None
         if monitor is not None and monitor is self.shared:
             monitor.step = None  # its samples after training belong to no step
+            if monitor.step_timing is timing:  # not set anew by someone else since
+                monitor.step_timing = None
         elif monitor is not None:
             monitor.stop()  # its last sample, with the last step, reaches the run file
         for reader in readers:

@@ -360,3 +360,26 @@ def test_include_and_exclude_see_the_plain_key_under_a_node() -> None:
         "system.node0.cpu": 1.0, "system.node1.proc.memory.rssMB": 4.0
     }  # fmt: skip
     core.stop()
+
+
+def test_the_node_with_the_slower_loader_has_the_larger_data_wait(tmp_path: Path) -> None:
+    """Issue 25: node 1's batches take 40 ms more to fetch. In synchronous training both
+    nodes' steps take as long as the slowest: node 0 waits for node 1 inside its step (in
+    the gradient all-reduce of the backward pass), node 1 waits for its loader between
+    steps, so it is node 1's ``step.dataWaitPercent`` that is the larger."""
+    pytest.importorskip("lightning")
+    two_nodes(tmp_path, {"interval": 0.05}, env={1: {"JOB_FETCH_SLEEP": "0.04"}})
+    rows = csv_rows(tmp_path / "node0")
+    loss_steps = steps_with(rows, "train_loss")
+    timed = steps_with(rows, "system/node1/step.dataWaitPercent")
+    assert len(timed) >= 3 and set(timed) <= set(loss_steps), (timed, loss_steps)
+    assert steps_with(rows, "system/node0/step.seconds") == timed
+    assert steps_with(rows, "system/nodes_max/step.dataWaitPercent") == timed
+    wait0 = mean_of(rows, "system/node0/step.dataWaitPercent")
+    wait1 = mean_of(rows, "system/node1/step.dataWaitPercent")
+    assert wait1 > wait0 + 20, (wait0, wait1)
+    # Both nodes step together: the same step time, within the windows' edges.
+    seconds0 = mean_of(rows, "system/node0/step.seconds")
+    seconds1 = mean_of(rows, "system/node1/step.seconds")
+    assert abs(seconds0 - seconds1) < 0.2 * seconds1, (seconds0, seconds1)
+    assert seconds1 > 0.04  # at least node 1's fetch

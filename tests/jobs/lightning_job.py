@@ -5,7 +5,8 @@ JSON (default ``{"interval": 0.05}``). With ``JOB_PIDS_CGROUP=DIR`` (a pids cgro
 its environment, a rank caps its tasks there at setup (a real ``pids.max`` limit: no new
 thread or process from then on); with ``JOB_NO_THREADS=1``, no sysmetrics thread can
 start (``RuntimeError: can't start new thread``, injected by patching
-``threading.Thread.start``). MODE ``nodes``: one rank per node,
+``threading.Thread.start``); with ``JOB_FETCH_SLEEP=SECONDS``, each batch's fetch
+(its collate function) sleeps that long on this node. MODE ``nodes``: one rank per node,
 ``num_nodes=2`` (the launcher sets ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); node
 1 keeps a busy child process, so its numbers differ from node 0's. MODE ``spawn``: one
 node, two ranks under ``ddp_spawn``, each training step spinning a CPU. Rank 0 writes a
@@ -19,6 +20,7 @@ import json
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -87,6 +89,12 @@ class Marks(pl.Callback):
             torch.distributed.destroy_process_group()
 
 
+def slow_collate(items: list[Any]) -> Any:
+    """The default collate, after sleeping ``JOB_FETCH_SLEEP`` seconds: a slow loader."""
+    time.sleep(float(os.environ["JOB_FETCH_SLEEP"]))
+    return torch.utils.data.default_collate(items)
+
+
 def no_sysmetrics_threads() -> None:
     """Every thread sysmetrics starts fails as ``pthread_create`` does at a process limit."""
     start = threading.Thread.start
@@ -115,7 +123,9 @@ def main() -> None:
         callbacks=[SystemMetricsCallback(**options), Marks(out, busy=nodes)],
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
-    trainer.fit(Spinning(0.03 if nodes else 0.1), DataLoader(data, batch_size=4))
+    collate = slow_collate if os.environ.get("JOB_FETCH_SLEEP") else None
+    loader = DataLoader(data, batch_size=4, collate_fn=collate)
+    trainer.fit(Spinning(0.03 if nodes else 0.1), loader)
 
 
 if __name__ == "__main__":

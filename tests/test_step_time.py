@@ -1,0 +1,245 @@
+"""Step time, data wait and throughput from each callback's hooks, in real CPU training.
+
+Every framework trains on batches whose fetch sleeps ``FETCH`` (20 ms, in the collate
+function, ``num_workers=0``) and steps that sleep ``COMPUTE`` (30 ms per batch): a step
+is then ~50 ms of which ~40 % waits for its batch, and with gradient accumulation of 2
+an optimizer step is ~100 ms with the same share. The keys are read back from what the
+real loggers wrote (Lightning's CSVLogger file, the Trainer's ``log_history``, Keras'
+batch logs and CSVLogger file) at the loss steps.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+torch = pytest.importorskip("torch")
+
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from sysmetrics import SystemMonitor  # noqa: E402
+
+FETCH = 0.020  # s per batch, in the collate function
+COMPUTE = 0.030  # s per batch, in the training step
+BATCH = 4
+INTERVAL = 0.05  # a few samples between logging points, each closing a step or so
+
+
+def slow_collate(items: list[tuple[Any, ...]]) -> Any:
+    time.sleep(FETCH)
+    return torch.utils.data.default_collate(items)
+
+
+def data(batches: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    n = batches * BATCH
+    return TensorDataset(torch.randn(n, 8, generator=g), torch.randn(n, 1, generator=g))
+
+
+def check_points(
+    points: Iterable[Mapping[str, Any]], per_step: float, prefix: str, skip: int = 1
+) -> int:
+    """The points' step keys against the sleeps; returns how many points were checked.
+
+    The first ``skip`` points with step keys are left out: the first step carries the
+    framework's one-off work (Lightning's and the Trainer's first backward and optimizer
+    step; accelerate's loader fetches two batches at its first ``next``), which is true
+    but not the sleeps'.
+    """
+    n = 0
+    for point in points:
+        seconds = point.get(prefix + "step.seconds")
+        if seconds in (None, ""):
+            continue
+        if skip:
+            skip -= 1
+            continue
+        n += 1
+        seconds = float(seconds)
+        wait = float(point[prefix + "step.dataWaitPercent"])
+        throughput = float(point[prefix + "step.samplesPerSecond"])
+        batches = round(per_step / (FETCH + COMPUTE))
+        assert abs(seconds - per_step) <= 0.2 * per_step, point
+        assert abs(wait - 100 * FETCH / (FETCH + COMPUTE)) <= 10, point
+        # Samples over the same seconds: the batch size over the step time (the window's
+        # weighting of both by seconds keeps them consistent to rounding).
+        assert abs(throughput - batches * BATCH / seconds) <= 0.05 * throughput, point
+    return n
+
+
+# ---- Lightning ---------------------------------------------------------------------------
+
+
+def lightning_fit(tmp_path: Path, callback: Any, accumulate: int = 1, batches: int = 24) -> Path:
+    pl = pytest.importorskip("lightning.pytorch", reason="needs the [lightning] extra")
+    from lightning.pytorch.loggers import CSVLogger
+
+    class Sleepy(pl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            time.sleep(COMPUTE)
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    trainer = pl.Trainer(
+        max_epochs=1, logger=CSVLogger(tmp_path, name="csv"), callbacks=[callback],
+        log_every_n_steps=4, accumulate_grad_batches=accumulate, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
+    )  # fmt: skip
+    loader = DataLoader(data(batches), batch_size=BATCH, collate_fn=slow_collate)
+    trainer.fit(Sleepy(), loader)
+    (path,) = tmp_path.glob("csv/version_0/metrics.csv")
+    return path
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_lightning_step_time_and_data_wait(tmp_path: Path, accumulate: int) -> None:
+    from sysmetrics.integrations.lightning import SystemMetricsCallback
+
+    cb = SystemMetricsCallback(interval=INTERVAL, run_file=True)
+    path = lightning_fit(tmp_path, cb, accumulate)
+    rows = csv_rows(path)
+    loss_steps = {r["step"] for r in rows if r.get("train_loss")}
+    timed = [r for r in rows if r.get("system/step.seconds")]
+    assert {r["step"] for r in timed} <= loss_steps
+    per_step = accumulate * (FETCH + COMPUTE)
+    assert check_points(timed, per_step, "system/") >= 2, rows
+    # The run file has them too, on each sample that closed a step (none on the others).
+    lines = [json.loads(x) for x in (path.parent / "system_metrics.jsonl").read_text().splitlines()]
+    samples = [x["metrics"] for x in lines if "metrics" in x]
+    closed = [m for m in samples if "step.seconds" in m]
+    assert 0 < len(closed) < len(samples)
+    median = statistics.median(m["step.seconds"] for m in closed)
+    assert abs(median - per_step) <= 0.2 * per_step, closed
+
+
+def test_lightning_shared_monitor_gets_the_keys_for_the_run_only(tmp_path: Path) -> None:
+    from sysmetrics.integrations.lightning import SystemMetricsCallback
+
+    monitor = SystemMonitor(interval=INTERVAL)
+    try:
+        reader = monitor.reader()
+        path = lightning_fit(tmp_path, SystemMetricsCallback(monitor=monitor), batches=12)
+        assert check_points(csv_rows(path), FETCH + COMPUTE, "system/") >= 1
+        assert monitor.step_timing is None  # unset at the run's end: the monitor is ours
+        # The user's own reader: every step of the run, the first one's warm-up included.
+        whole = reader.snapshot()
+        assert check_points([whole], FETCH + COMPUTE, "", skip=0) == 1, whole
+    finally:
+        monitor.stop()
+
+
+# ---- transformers ------------------------------------------------------------------------
+
+
+def transformers_train(tmp_path: Path, callback: Any, accumulate: int = 1) -> list[Any]:
+    transformers = pytest.importorskip("transformers", reason="needs the [transformers] extra")
+
+    class Tiny(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+
+        def forward(self, x: Any, labels: Any) -> dict[str, Any]:
+            return {"loss": torch.nn.functional.mse_loss(self.layer(x), labels)}
+
+    class SleepyTrainer(transformers.Trainer):  # type: ignore[misc]
+        def training_step(self, *args: Any, **kw: Any) -> Any:
+            time.sleep(COMPUTE)  # per micro-batch
+            return super().training_step(*args, **kw)
+
+    def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+        time.sleep(FETCH)
+        return {k: torch.stack([i[k] for i in items]) for k in items[0]}
+
+    ds = data(24 * accumulate)
+    items = [{"x": x, "labels": y} for x, y in ds]
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=accumulate, num_train_epochs=1, logging_steps=4,
+        report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
+        dataloader_num_workers=0,
+    )  # fmt: skip
+    trainer = SleepyTrainer(
+        model=Tiny(), args=args, train_dataset=items, data_collator=collate, callbacks=[callback]
+    )
+    trainer.train()
+    return list(trainer.state.log_history)
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_transformers_step_time_and_data_wait(tmp_path: Path, accumulate: int) -> None:
+    pytest.importorskip("transformers", reason="needs the [transformers] extra")
+    from sysmetrics.integrations.transformers import SystemMetricsCallback
+
+    history = transformers_train(tmp_path, SystemMetricsCallback(interval=INTERVAL), accumulate)
+    timed = [h for h in history if "system/step.seconds" in h]
+    assert all("loss" in h for h in timed), history
+    per_step = accumulate * (FETCH + COMPUTE)
+    assert check_points(timed, per_step, "system/") >= 2, history
+
+
+# ---- Keras -------------------------------------------------------------------------------
+
+
+def keras_fit(tmp_path: Path, callback: Any, accumulate: int = 1) -> tuple[list[Any], Path]:
+    keras = pytest.importorskip("keras", reason="needs the [keras] extra")
+
+    def sleepy(x: Any, training: bool | None = None) -> Any:
+        if training:
+            time.sleep(COMPUTE)
+        return x
+
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Lambda(sleepy), keras.layers.Dense(1)]
+    )
+    optimizer = keras.optimizers.SGD(
+        gradient_accumulation_steps=accumulate if accumulate > 1 else None
+    )
+    model.compile(optimizer=optimizer, loss="mse")
+    seen: list[dict[str, Any]] = []
+    recorder = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: seen.append(dict(logs))
+    )
+    log = tmp_path / "log.csv"
+    loader = DataLoader(data(24), batch_size=BATCH, collate_fn=slow_collate)
+    model.fit(
+        loader, epochs=1, verbose=0,
+        callbacks=[recorder, keras.callbacks.CSVLogger(str(log)), callback],
+    )  # fmt: skip
+    return seen, log
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_keras_step_time_and_data_wait(tmp_path: Path, accumulate: int) -> None:
+    pytest.importorskip("keras", reason="needs the [keras] extra")
+    from sysmetrics.integrations.keras import SystemMetricsCallback
+
+    cb = SystemMetricsCallback(interval=INTERVAL, logging_interval="step", log_every_n_steps=4)
+    seen, log = keras_fit(tmp_path, cb, accumulate)
+    per_step = accumulate * (FETCH + COMPUTE)
+    assert check_points(seen, per_step, "system/") >= 2, seen
+    (epoch,) = csv_rows(log)  # the epoch's point: every step of the epoch
+    assert check_points([epoch], per_step, "system/", skip=0) == 1, epoch
