@@ -123,6 +123,8 @@ def test_openmetrics_page_as_prometheus_asks_for_it(monitor: SystemMonitor) -> N
             assert r.headers["Content-Type"].startswith("application/openmetrics-text")
     assert "# TYPE sysmetrics_gpu_corrected_memory_errors counter\n" in page
     assert 'sysmetrics_gpu_corrected_memory_errors_total{gpu="0",host=' in page
+    assert "# UNIT sysmetrics_disk_read_bytes bytes\n" in page  # a counter's family
+    assert "# UNIT sysmetrics_gpu_corrected_memory_errors " not in page  # a count: none
     assert page.endswith("# EOF\n")
 
 

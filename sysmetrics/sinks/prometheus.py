@@ -192,7 +192,7 @@ class _MonitorCollector:
             raise ValueError(f"the labels {names} do not fit the placeholders {desc.labels}")
         name, label_names = PREFIX + desc.prometheus, (*names, *LABELS)
         label_values = (*(values[p] for p in desc.labels), *self._labels)
-        unit = name.rsplit("_", 1)[-1]
+        unit = name.removesuffix("_total").rsplit("_", 1)[-1]  # the family's last word
         return _Series(
             name=name,
             kind=desc.kind,
