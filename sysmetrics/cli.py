@@ -335,14 +335,14 @@ def _exporter(
         if run is not None:
             parser.error("argument --prometheus-run: needs --prometheus-port")
         return None
-    from sysmetrics.sinks.prometheus import PrometheusExporter
+    from sysmetrics.sinks.prometheus import RUN_ALLOWED, PrometheusExporter
 
     try:
         return PrometheusExporter(proxy, port, "127.0.0.1", run=run)
     except ImportError as exc:
         parser.error(str(exc))
-    except ValueError as exc:  # the only option a user can get wrong here
-        parser.error(f"argument --prometheus-run: {exc}")
+    except ValueError:  # the only option a user can get wrong here
+        parser.error(f"argument --prometheus-run: {run!r} is invalid: {RUN_ALLOWED}")
     except OSError as exc:  # the exporter's message speaks the Python API's terms
         why = os.strerror(exc.errno) if exc.errno else str(exc)
         hint = "use another port, or 0 for a free one" if exc.errno == errno.EADDRINUSE else ""

@@ -679,7 +679,8 @@ def test_record_serves_the_step_and_the_run(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--prometheus-port", "0", "--prometheus-run", "a b"],
-         "argument --prometheus-run: run='a b' is invalid: use 1 to 64 letters"),
+         "argument --prometheus-run: 'a b' is invalid: use 1 to 64 letters, digits, '_', '.', "
+         "':' or '-', starting with a letter or digit\n"),
         (["--prometheus-run", "x"], "argument --prometheus-run: needs --prometheus-port\n"),
     ],
 )  # fmt: skip

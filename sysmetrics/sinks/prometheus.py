@@ -67,6 +67,9 @@ STEP_HELP = (
 LABELS = ("host", "node", "run")  # on every series, after the key's own labels
 MAX_RUN = 64  # characters of a run id
 _RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*\Z")
+RUN_ALLOWED = (
+    f"use 1 to {MAX_RUN} letters, digits, '_', '.', ':' or '-', starting with a letter or digit"
+)
 # The launchers' job ids, the same on every node of one job: a run's nodes share its id.
 # torchrun's rendezvous id is "none" unless given (--rdzv-id; --standalone makes one).
 _RUN_IDS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
@@ -347,9 +350,8 @@ def _check_run(run: object) -> str:
     if run is None:
         return make_run_id()
     allowed = (
-        f"use 1 to {MAX_RUN} letters, digits, '_', '.', ':' or '-', starting with a letter or "
-        "digit (the run label of every series), or None for the launcher's job id, else one "
-        "made of the start time and random hex"
+        f"{RUN_ALLOWED} (the run label of every series), or None for the launcher's job id, "
+        "else one made of the start time and random hex"
     )
     if not isinstance(run, str):
         raise TypeError(f"run={run!r} is invalid: {allowed}")
