@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("prometheus_client", reason="needs the [prometheus] extra")
 
@@ -30,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sysmetrics import SystemMetricsWarning, SystemMonitor, _optional
 from sysmetrics.collectors import host_collectors
 from sysmetrics.sinks import PrometheusExporter, serve
+from sysmetrics.sinks.prometheus import _check_run
 from sysmetrics.steptime import StepClock
 from tests import debian
 from tests.conftest import ScriptedCollector
@@ -634,6 +637,24 @@ def test_a_bad_run_is_a_clear_error(
         PrometheusExporter(monitor, port=0, run=run)  # type: ignore[arg-type]
     with pytest.raises(error, match=rf"^run={shown} "):
         serve(port=0, monitor=monitor, run=run)  # type: ignore[arg-type]
+
+
+@given(
+    st.one_of(
+        st.text(max_size=80), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,70}", fullmatch=True)
+    )
+)
+def test_a_run_is_taken_as_given_or_refused_with_a_bounded_message(run: str) -> None:
+    """Any text: kept verbatim where it is a label value PromQL needs no escaping for,
+    else a ValueError whose message stays short."""
+    try:
+        checked = _check_run(run)
+    except ValueError as exc:
+        assert not (0 < len(run) <= 64 and re.fullmatch(r"[A-Za-z0-9][\w.:-]*", run, re.ASCII))
+        assert len(str(exc)) < 600
+    else:
+        assert checked == run and 1 <= len(run) <= 64
+        assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", run)
 
 
 def record(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
