@@ -91,6 +91,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         help="serve /metrics on 127.0.0.1 at this port; 0 picks a free one (default: off)",
     )
     rec.add_argument(
+        "--prometheus-run",
+        metavar="RUN",
+        help="the run label of the served series, up to 64 letters, digits, _ . : - "
+        "(default: the launcher's job id, else the start time and random hex)",
+    )
+    rec.add_argument(
         "--live", action="store_true", help="print a compact line per interval to stderr"
     )
     rec.add_argument(
@@ -111,6 +117,11 @@ class _Proxy:
 
     def latest(self) -> dict[str, float]:
         return self.monitor.latest() if self.monitor is not None else {}
+
+    @property
+    def step(self) -> int | None:
+        """The monitor's training step (``sysmetrics.step()`` in the command)."""
+        return self.monitor.step if self.monitor is not None else None
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -216,7 +227,7 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (TypeError, ValueError, ImportError, OSError) as exc:
         parser.error(_in_flags(str(exc)))
     # The exporter before the run file: no file is left behind when it cannot start.
-    exporter = _exporter(proxy, args.prometheus_port, parser)
+    exporter = _exporter(proxy, args.prometheus_port, args.prometheus_run, parser)
     try:
         made = _run_file(args.output)
     except OSError as exc:
@@ -321,21 +332,25 @@ def _unmake(path: str, made: os.stat_result | None) -> None:
 
 
 def _exporter(
-    proxy: _Proxy, port: int | None, parser: argparse.ArgumentParser
+    proxy: _Proxy, port: int | None, run: str | None, parser: argparse.ArgumentParser
 ) -> PrometheusExporter | None:
     """The ``--prometheus-port`` endpoint serving ``proxy``, or None without the option.
 
     Exits with status 2 (``parser.error``) when it cannot start: the extra is missing,
-    or the port cannot be listened on.
+    the port cannot be listened on, or ``--prometheus-run`` is invalid (or given alone).
     """
     if port is None:
+        if run is not None:
+            parser.error("argument --prometheus-run: needs --prometheus-port")
         return None
-    from sysmetrics.sinks.prometheus import PrometheusExporter
+    from sysmetrics.sinks.prometheus import RUN_ALLOWED, PrometheusExporter
 
     try:
-        return PrometheusExporter(proxy, port, "127.0.0.1")
+        return PrometheusExporter(proxy, port, "127.0.0.1", run=run)
     except ImportError as exc:
         parser.error(str(exc))
+    except ValueError:  # the only option a user can get wrong here
+        parser.error(f"argument --prometheus-run: {run!r} is invalid: {RUN_ALLOWED}")
     except OSError as exc:  # the exporter's message speaks the Python API's terms
         why = os.strerror(exc.errno) if exc.errno else str(exc)
         hint = "use another port, or 0 for a free one" if exc.errno == errno.EADDRINUSE else ""

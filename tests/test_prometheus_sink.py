@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import logging
 import math
+import re
 import socket
 import statistics
 import subprocess
@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("prometheus_client", reason="needs the [prometheus] extra")
 
@@ -30,9 +32,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from sysmetrics import SystemMetricsWarning, SystemMonitor, _optional
 from sysmetrics.collectors import host_collectors
 from sysmetrics.sinks import PrometheusExporter, serve
+from sysmetrics.sinks.prometheus import _check_run
+from sysmetrics.steptime import StepClock
 from tests import debian
 from tests.conftest import ScriptedCollector
 from tests.polling import wait_for
+from tests.prometheus_server import Prometheus
 
 MiB = 1024.0**2
 HOST = socket.gethostname()
@@ -75,19 +80,13 @@ def scrape(url: str) -> dict[str, Any]:
     return {f.name: f for f in text_string_to_metric_families(get(url))}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 # -- the page -----------------------------------------------------------------------
 
 
 def test_names_labels_types_and_scaling(monitor: SystemMonitor) -> None:
-    with PrometheusExporter(monitor, port=0) as ex:
+    with PrometheusExporter(monitor, port=0, run="r-1") as ex:
         families = scrape(ex.url)
+    labels = {"host": HOST, "node": "0", "run": "r-1"}
     assert set(families) == {
         "sysmetrics_gpu_utilization_percent",
         "sysmetrics_gpu_corrected_memory_errors",  # the parser names counters without _total
@@ -101,12 +100,12 @@ def test_names_labels_types_and_scaling(monitor: SystemMonitor) -> None:
     assert gpu.type == "gauge"
     assert gpu.documentation.startswith("GPU utilization")
     assert {(s.labels["gpu"], s.value) for s in gpu.samples} == {("0", 42.0), ("1", 7.0)}
-    assert all(s.labels == {"gpu": s.labels["gpu"], "host": HOST, "node": "0"} for s in gpu.samples)
+    assert all(s.labels == {"gpu": s.labels["gpu"], **labels} for s in gpu.samples)
     (ecc,) = families["sysmetrics_gpu_corrected_memory_errors"].samples
     assert families["sysmetrics_gpu_corrected_memory_errors"].type == "counter"
     assert (ecc.name, ecc.labels, ecc.value) == (
         "sysmetrics_gpu_corrected_memory_errors_total",
-        {"gpu": "0", "host": HOST, "node": "0"},
+        {"gpu": "0", **labels},
         3.0,
     )
     (disk_in,) = families["sysmetrics_disk_read_bytes"].samples
@@ -114,9 +113,7 @@ def test_names_labels_types_and_scaling(monitor: SystemMonitor) -> None:
     assert families["sysmetrics_process_memory_rss_bytes"].samples[0].value == 100 * MiB
     assert families["sysmetrics_gpu_sm_clock_hertz"].samples[0].value == 1410e6
     usage = families["sysmetrics_disk_usage_percent"].samples
-    assert [(s.labels, s.value) for s in usage] == [
-        ({"path": "/", "host": HOST, "node": "0"}, 50.0)
-    ]
+    assert [(s.labels, s.value) for s in usage] == [({"path": "/", **labels}, 50.0)]
     (used,) = families["sysmetrics_disk_usage_bytes"].samples
     assert (used.labels["path"], used.value) == ("/data", 2.0 * 1024**3)
 
@@ -129,6 +126,8 @@ def test_openmetrics_page_as_prometheus_asks_for_it(monitor: SystemMonitor) -> N
             assert r.headers["Content-Type"].startswith("application/openmetrics-text")
     assert "# TYPE sysmetrics_gpu_corrected_memory_errors counter\n" in page
     assert 'sysmetrics_gpu_corrected_memory_errors_total{gpu="0",host=' in page
+    assert "# UNIT sysmetrics_disk_read_bytes bytes\n" in page  # a counter's family
+    assert "# UNIT sysmetrics_gpu_corrected_memory_errors " not in page  # a count: none
     assert page.endswith("# EOF\n")
 
 
@@ -442,50 +441,6 @@ def test_stalled_scrapes_do_not_delay_sampling() -> None:
 # -- a real Prometheus server ---------------------------------------------------------
 
 
-class Prometheus:
-    """A Prometheus server scraping ``target`` every second, with its data in ``tmp``."""
-
-    def __init__(self, binary: str, target: str, tmp: Path) -> None:
-        config = tmp / "prometheus.yml"
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-            "scrape_configs:\n  - job_name: sysmetrics\n"
-            f"    static_configs:\n      - targets: ['{target}']\n"
-        )
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.log = tmp / "prometheus.log"
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-                 f"--web.listen-address={self.url[len('http://'):]}"],
-                stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-
-    def api(self, path: str, **params: str) -> Any:
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        with urllib.request.urlopen(url, timeout=5) as r:
-            answer = json.load(r)
-        assert answer["status"] == "success", answer
-        return answer["data"]
-
-    def query(self, promql: str) -> dict[str, tuple[dict[str, str], float]]:
-        """``{series' labels as text: (labels, value)}`` of an instant query; {} if it fails."""
-        try:
-            result = self.api("query", query=promql)["result"]
-        except OSError:
-            return {}  # not listening yet
-        return {json.dumps(r["metric"], sort_keys=True): (r["metric"], float(r["value"][1]))
-                for r in result}  # fmt: skip
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
     binary = debian.binary("prometheus", "prometheus")
     if binary is None:
@@ -511,7 +466,8 @@ def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
         finally:
             prometheus.stop()
     sampled = [s.values for s in reader.samples()]
-    target = {"host": HOST, "node": "3", "instance": f"127.0.0.1:{ex.port}", "job": "sysmetrics"}
+    target = {"host": HOST, "node": "3", "run": ex.run, "instance": f"127.0.0.1:{ex.port}",
+              "job": "sysmetrics"}  # fmt: skip
     assert [v for _, v in up.values()] == [1.0]
     assert sorted((m["gpu"], v) for m, v in gpu.values()) == [("0", 42.0), ("1", 17.0)]
     for labels, _ in gpu.values():
@@ -527,3 +483,271 @@ def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
     assert {m["cpu"] for m, _ in cpu.values()} == {
         k.split(".")[1] for k in sampled[-1] if k.endswith(".cpu_percent")
     }
+
+
+# -- the training step and the run label ------------------------------------------------
+
+
+def advance(monitor: SystemMonitor, clock: StepClock, stop: threading.Event) -> None:
+    """A stand-in training loop: a 20 ms wait for data, a 30 ms step, the step marked."""
+    clock.restart()
+    while not stop.is_set():
+        time.sleep(0.02)
+        clock.begin()
+        time.sleep(0.03)
+        clock.end(samples=8.0)
+        monitor.step = (monitor.step or 0) + 1
+
+
+def test_the_training_step_is_served_while_the_monitor_knows_it() -> None:
+    """Regression: the exporter served no step, so no alert could see a stalled job."""
+    m = SystemMonitor(interval=0.05, collectors=[scripted()]).start()
+    try:
+        with PrometheusExporter(m, port=0, run="r-1") as ex:
+            wait_for(lambda: "sysmetrics_gpu_utilization_percent" in scrape(ex.url))
+            assert "sysmetrics_training_step" not in scrape(ex.url)  # None: absent
+            for step in (0, 5, 7):
+                m.step = step
+                (sample,) = scrape(ex.url)["sysmetrics_training_step"].samples
+                assert (sample.value, sample.labels) == (
+                    step,
+                    {"host": HOST, "node": "0", "run": "r-1"},
+                )
+            family = scrape(ex.url)["sysmetrics_training_step"]
+            assert family.type == "gauge" and family.documentation.startswith("Training step")
+            for junk in (True, "12", math.nan, object()):
+                m.step = junk  # type: ignore[assignment]
+                assert "sysmetrics_training_step" not in scrape(ex.url)
+            m.step = 9
+            m.stop()  # nothing stale: a stopped monitor's step is not current
+            assert "sysmetrics_training_step" not in get(ex.url)
+    finally:
+        m.stop()
+
+
+def test_the_step_keys_are_served_with_help_and_unit() -> None:
+    """The step.* keys of a StepClock, as Prometheus asks for them (OpenMetrics)."""
+    clock = StepClock()
+    stop = threading.Event()
+    with SystemMonitor(interval=0.1, collectors=[scripted()]) as m:
+        m.step_timing = clock.read
+        loop = threading.Thread(target=advance, args=(m, clock, stop))
+        loop.start()
+        try:
+            with PrometheusExporter(m, port=0) as ex:
+                request = urllib.request.Request(
+                    ex.url, headers={"Accept": "application/openmetrics-text"}
+                )
+
+                def page() -> str:
+                    with urllib.request.urlopen(request, timeout=5) as r:
+                        text: str = r.read().decode()
+                    return text if "sysmetrics_training_samples_per_second{" in text else ""
+
+                text = wait_for(page)
+        finally:
+            stop.set()
+            loop.join()
+    for name, unit, help in [
+        ("training_step_seconds", "seconds", "Wall-clock seconds per optimizer step"),
+        ("training_data_wait_percent", "percent", "% of step time spent between steps"),
+        ("training_samples_per_second", None, "Training samples per second"),
+        ("training_step", None, "Training step the job has reached"),
+    ]:
+        assert f"# TYPE sysmetrics_{name} gauge\n" in text
+        assert f"# HELP sysmetrics_{name} {help}" in text, text
+        assert (f"# UNIT sysmetrics_{name} {unit}\n" in text) is (unit is not None)
+        assert f'sysmetrics_{name}{{host="{HOST}",node="0",run="{ex.run}"}} ' in text
+    assert "# UNIT sysmetrics_gpu_sm_clock_hertz hertz\n" in text  # and the others' units
+
+
+RUN_ID = r"\d{8}-\d{6}-[0-9a-f]{6}"  # the UTC start time and 6 random hex digits
+
+
+def test_every_series_carries_a_run_label_made_at_start(
+    monitor: SystemMonitor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monitor.step = 3
+    with PrometheusExporter(monitor, port=0) as ex, PrometheusExporter(monitor, port=0) as other:
+        assert re.fullmatch(RUN_ID, ex.run) and re.fullmatch(RUN_ID, other.run)
+        assert ex.run != other.run  # unique
+        families = scrape(ex.url)
+    assert "sysmetrics_training_step" in families
+    samples = [s for f in families.values() for s in f.samples]
+    assert len(samples) == 9  # 8 of the known keys and the step
+    assert {s.labels["run"] for s in samples} == {ex.run}
+    with serve(port=0, monitor=monitor, run="exp-7.a:b_c") as ex:
+        assert ex.run == "exp-7.a:b_c"
+        assert {s.labels["run"] for f in scrape(ex.url).values() for s in f.samples} == {
+            "exp-7.a:b_c"
+        }
+
+
+@pytest.mark.parametrize(
+    ("env", "run"),
+    [
+        ({"TORCHELASTIC_RUN_ID": "job-42", "SLURM_JOB_ID": "77"}, "job-42"),
+        ({"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "77"}, "77"),
+        ({"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3"}, "77.3"),
+        ({"TORCHELASTIC_RUN_ID": "a b/c", "SLURM_JOB_ID": ""}, RUN_ID),  # not a label: made
+        ({"TORCHELASTIC_RUN_ID": "x" * 65}, RUN_ID),
+    ],
+)
+def test_the_run_is_the_launchers_job_id_the_same_on_every_node(
+    monitor: SystemMonitor, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], run: str
+) -> None:
+    for name in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with PrometheusExporter(monitor, port=0) as ex:
+        assert re.fullmatch(run, ex.run), ex.run
+        assert f'run="{ex.run}"' in get(ex.url)
+    with PrometheusExporter(monitor, port=0, run="mine") as ex:
+        assert ex.run == "mine"  # the option wins
+
+
+ALLOWED = (
+    r"is invalid: use 1 to 64 letters, digits, '_', '.', ':' or '-', starting with a letter "
+    r"or digit \(the run label of every series\), or None for the launcher's job id, else "
+    r"one made of the start time and random hex$"
+)
+
+
+@pytest.mark.parametrize(
+    ("run", "error", "shown"),
+    [
+        ("", ValueError, "''"),
+        ("a b", ValueError, "'a b'"),
+        ('x"}', ValueError, "'x\"}'"),
+        ("-x", ValueError, "'-x'"),
+        ("é", ValueError, "'é'"),
+        ("x" * 65, ValueError, f"'{'x' * 65}'"),
+        ("x" * 500, ValueError, rf"'{'x' * 128}'\.\.\. \(500 chars\)"),
+        (7, TypeError, "7"),
+        (b"r", TypeError, "b'r'"),
+    ],
+)
+def test_a_bad_run_is_a_clear_error(
+    monitor: SystemMonitor, run: object, error: type[Exception], shown: str
+) -> None:
+    with pytest.raises(error, match=rf"^run={shown} {ALLOWED}"):
+        PrometheusExporter(monitor, port=0, run=run)  # type: ignore[arg-type]
+    with pytest.raises(error, match=rf"^run={shown} "):
+        serve(port=0, monitor=monitor, run=run)  # type: ignore[arg-type]
+
+
+@given(
+    st.one_of(
+        st.text(max_size=80), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,70}", fullmatch=True)
+    )
+)
+def test_a_run_is_taken_as_given_or_refused_with_a_bounded_message(run: str) -> None:
+    """Any text: kept verbatim where it is a label value PromQL needs no escaping for,
+    else a ValueError whose message stays short."""
+    try:
+        checked = _check_run(run)
+    except ValueError as exc:
+        assert not (0 < len(run) <= 64 and re.fullmatch(r"[A-Za-z0-9][\w.:-]*", run, re.ASCII))
+        assert len(str(exc)) < 600
+    else:
+        assert checked == run and 1 <= len(run) <= 64
+        assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", run)
+
+
+def record(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "sysmetrics", "record", *args]
+    return subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_record_serves_the_step_and_the_run(tmp_path: Path) -> None:
+    """``sysmetrics record --prometheus-port 0 --prometheus-run R`` serves the command's
+    ``sysmetrics.step()`` as ``sysmetrics_training_step{run="R"}``."""
+    done = tmp_path / "done"
+    loop = (
+        "import os, time, sysmetrics\n"
+        "for i in range(1, 100000):\n"
+        "    sysmetrics.step(i)\n"
+        f"    if os.path.exists({str(done)!r}): break\n"
+        "    time.sleep(0.02)\n"
+    )
+    proc = record(
+        "--output", str(tmp_path / "r.jsonl"), "--interval", "0.1", "--prometheus-port", "0",
+        "--prometheus-run", "rec-1", "--", sys.executable, "-c", loop,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        url = re.fullmatch(r"sysmetrics record: serving (\S+)\n", line)
+        assert url, line
+        seen = []
+        for _ in range(2):
+            family = wait_for(lambda: scrape(url[1]).get("sysmetrics_training_step"), timeout=30)
+            ((labels, value),) = [(s.labels, s.value) for s in family.samples]
+            assert labels == {"host": HOST, "node": "0", "run": "rec-1"}
+            seen.append(value)
+            time.sleep(0.5)
+        assert 1 <= seen[0] < seen[1]  # moving
+    finally:
+        done.touch()
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prometheus-port", "0", "--prometheus-run", "a b"],
+         "argument --prometheus-run: 'a b' is invalid: use 1 to 64 letters, digits, '_', '.', "
+         "':' or '-', starting with a letter or digit\n"),
+        (["--prometheus-run", "x"], "argument --prometheus-run: needs --prometheus-port\n"),
+    ],
+)  # fmt: skip
+def test_record_rejects_a_bad_run(tmp_path: Path, args: list[str], message: str) -> None:
+    run = tmp_path / "r.jsonl"
+    proc = record("--output", str(run), *args, "--", "true")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert f"sysmetrics record: error: {message}" in err
+    assert not run.exists()
+
+
+def test_a_real_prometheus_sees_the_step_advance(tmp_path: Path) -> None:
+    """What an alert on a stalled job needs: ``rate(sysmetrics_training_step[...])`` > 0
+    while steps advance, and the step keys, in a real Prometheus."""
+    binary = debian.binary("prometheus", "prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (apt-get install prometheus; CI does)")
+    clock = StepClock()
+    stop = threading.Event()
+    monitor = SystemMonitor(interval=0.2, collectors=[scripted()])
+    reader = monitor.reader(buffer=10_000)
+    with monitor, PrometheusExporter(monitor, port=0, run="advance-1") as ex:
+        monitor.step_timing = clock.read
+        loop = threading.Thread(target=advance, args=(monitor, clock, stop))
+        loop.start()
+        try:
+            with Prometheus(binary, f"127.0.0.1:{ex.port}", tmp_path) as prometheus:
+                rate = prometheus.wait(
+                    lambda: prometheus.query("rate(sysmetrics_training_step[5s]) > 0"),
+                    timeout=60, why="no rate(sysmetrics_training_step[5s]) > 0",
+                )  # fmt: skip
+                seconds = prometheus.wait(
+                    lambda: prometheus.query('sysmetrics_training_step_seconds{run="advance-1"}'),
+                    timeout=30, why="no sysmetrics_training_step_seconds",
+                )  # fmt: skip
+                metadata = prometheus.api("metadata", metric="sysmetrics_training_step_seconds")
+        finally:
+            stop.set()
+            loop.join()
+    ((labels, per_second),) = rate.values()
+    assert labels["run"] == "advance-1" and labels["node"] == "0"
+    # One step per ~50 ms, slower under load: the rate Prometheus computes is of that order.
+    assert 2.0 < per_second < 25.0, per_second
+    ((labels, value),) = seconds.values()
+    sampled = [s.values["step.seconds"] for s in reader.samples() if "step.seconds" in s.values]
+    assert any(math.isclose(value, v, rel_tol=1e-12) for v in sampled)
+    (meta,) = metadata["sysmetrics_training_step_seconds"]
+    assert meta["type"] == "gauge" and meta["unit"] == "seconds"

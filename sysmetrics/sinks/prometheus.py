@@ -5,8 +5,10 @@ Needs the ``[prometheus]`` extra (``prometheus-client``). Each scrape reads
 :func:`sysmetrics.descriptions.describe` knows into a Prometheus series: the name is
 ``sysmetrics_`` + the description's Prometheus name, the value is in the base unit (bytes,
 hertz), the key's placeholders become labels (``gpu="0"``, ``path="/"``), and every
-series carries a ``host`` label. Scrapes run on the server's own threads: a slow or
-stalled client never delays the monitor's sampling.
+series carries ``host``, ``node`` and ``run`` labels. The monitor's training step
+(``monitor.step``, which callbacks and the recorder set) is served as the gauge
+``sysmetrics_training_step`` while it is known. Scrapes run on the server's own
+threads: a slow or stalled client never delays the monitor's sampling.
 
 The page is made by prometheus_client's WSGI app (content negotiation, OpenMetrics, gzip,
 ``name[]`` filters) on the standard library's ``wsgiref`` server, as prometheus_client's
@@ -24,6 +26,9 @@ import logging
 import math
 import numbers
 import operator
+import os
+import re
+import secrets
 import socket
 import socketserver
 import threading
@@ -54,6 +59,22 @@ REQUEST_TIMEOUT = 10.0  # s a scrape connection may stay silent before it is dro
 CLOSE_WAIT = 1.0  # s close() waits for the requests in flight, once their sockets are shut
 MAX_CACHED_KEYS = 10_000  # keys whose series are remembered between scrapes
 MAX_LOGGED_KEYS = 100  # undescribed keys logged (one debug line each)
+STEP_NAME = PREFIX + "training_step"
+STEP_HELP = (
+    "Training step the job has reached (monitor.step: the callbacks' global step, "
+    "sysmetrics.step() under sysmetrics record)"
+)
+LABELS = ("host", "node", "run")  # on every series, after the key's own labels
+MAX_RUN = 64  # characters of a run id
+_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*\Z")
+RUN_ALLOWED = (
+    f"use 1 to {MAX_RUN} letters, digits, '_', '.', ':' or '-', starting with a letter or digit"
+)
+# The launchers' job ids, the same on every node of one job: a run's nodes share its id.
+# torchrun's rendezvous id is "none" unless given (--rdzv-id; --standalone makes one).
+_RUN_IDS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
+# OpenMetrics units (the name's last word) announced on the families that end in one.
+_UNITS = frozenset({"seconds", "bytes", "hertz", "joules", "percent", "celsius", "watts"})
 
 
 class _Latest(Protocol):
@@ -66,6 +87,7 @@ class _Series(NamedTuple):
     name: str
     kind: str  # "gauge" or "counter"
     help: str
+    unit: str  # OpenMetrics UNIT, the name's last word ("seconds"); "" for none
     scale: float
     label_names: tuple[str, ...]
     label_values: tuple[str, ...]
@@ -76,12 +98,11 @@ class _Series(NamedTuple):
 class _MonitorCollector:
     """prometheus_client custom collector: ``monitor.latest()`` as metric families."""
 
-    def __init__(self, monitor: _Latest, host: str, node: str) -> None:
+    def __init__(self, monitor: _Latest, host: str, node: str, run: str) -> None:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         self._monitor = monitor
-        self._host = host
-        self._node = node
+        self._labels = (host, node, run)
         self._families = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
         self._series: dict[str, _Series | None] = {}  # None: not exported
         self._logged = 0  # undescribed keys logged so far
@@ -99,6 +120,13 @@ class _MonitorCollector:
             self._fault("monitor.latest() failed; serving nothing this scrape")
             return
         families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        if items:  # the monitor is running and has sampled: its step is current
+            step = self._step()
+            if step is not None:
+                family = families[STEP_NAME] = self._families["gauge"](
+                    STEP_NAME, STEP_HELP, labels=LABELS
+                )
+                family.add_metric(self._labels, step)
         shapes: dict[str, tuple[str, tuple[str, ...]]] = {}
         seen: set[tuple[str, tuple[str, ...]]] = set()
         cache = self._series
@@ -117,7 +145,7 @@ class _MonitorCollector:
                 family = families.get(series.name)
                 if family is None:
                     family = families[series.name] = self._families[series.kind](
-                        series.name, series.help, labels=series.label_names
+                        series.name, series.help, labels=series.label_names, unit=series.unit
                     )
                     shapes[series.name] = series.shape
                 elif shapes[series.name] != series.shape:
@@ -127,6 +155,18 @@ class _MonitorCollector:
             except Exception:
                 self._fault(f"key {key!r} left out of the scrape")
         yield from families.values()
+
+    def _step(self) -> float | None:
+        """``monitor.step`` as a number; None where it is unknown (or not a number)."""
+        try:
+            step: object = getattr(self._monitor, "step", None)
+            if step is None or isinstance(step, bool) or not isinstance(step, numbers.Real):
+                return None
+            value = float(step)
+        except Exception:
+            self._fault("monitor.step could not be read; the step is left out")
+            return None
+        return value if math.isfinite(value) else None
 
     def _learn(self, key: str) -> _Series | None:
         """``key``'s series from its description (None: not exported), remembered."""
@@ -151,14 +191,16 @@ class _MonitorCollector:
         if desc.prometheus is None:
             return None
         names = desc.prometheus_labels
-        if len(names) != len(desc.labels) or {"host", "node"} & set(names):
+        if len(names) != len(desc.labels) or set(LABELS) & set(names):
             raise ValueError(f"the labels {names} do not fit the placeholders {desc.labels}")
-        name, label_names = PREFIX + desc.prometheus, (*names, "host", "node")
-        label_values = (*(values[p] for p in desc.labels), self._host, self._node)
+        name, label_names = PREFIX + desc.prometheus, (*names, *LABELS)
+        label_values = (*(values[p] for p in desc.labels), *self._labels)
+        unit = name.removesuffix("_total").rsplit("_", 1)[-1]  # the family's last word
         return _Series(
             name=name,
             kind=desc.kind,
             help=desc.help,
+            unit=unit if unit in _UNITS else "",
             scale=desc.scale,
             label_names=label_names,
             label_values=label_values,
@@ -286,6 +328,43 @@ def _check_node(node: object) -> str:
     return str(node)
 
 
+def make_run_id() -> str:
+    """A run id for the ``run`` label: the launcher's job id, else the time and random hex.
+
+    The launcher's id (torchrun's rendezvous id ``TORCHELASTIC_RUN_ID`` where one was
+    given, else Slurm's ``SLURM_JOB_ID``, with ``.SLURM_STEP_ID`` where set) is the same on
+    every node of the job, so the nodes' series group into one run. Elsewhere the id is
+    made here, unique: the UTC time of the call and 6 random hex digits
+    (``20261125-172642-3f9a1c``).
+    """
+    for name in _RUN_IDS:
+        value = os.environ.get(name, "")
+        if name == "SLURM_JOB_ID" and value and os.environ.get("SLURM_STEP_ID", "").isdigit():
+            value += "." + os.environ["SLURM_STEP_ID"]
+        if value and value != "none" and len(value) <= MAX_RUN and _RUN.match(value):
+            return value
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def _check_run(run: object) -> str:
+    if run is None:
+        return make_run_id()
+    allowed = (
+        f"{RUN_ALLOWED} (the run label of every series), or None for the launcher's job id, "
+        "else one made of the start time and random hex"
+    )
+    if not isinstance(run, str):
+        raise TypeError(f"run={run!r} is invalid: {allowed}")
+    if len(run) > MAX_RUN or not _RUN.match(run):
+        shown = (
+            repr(run)
+            if len(run) <= 2 * MAX_RUN
+            else f"{run[: 2 * MAX_RUN]!r}... ({len(run)} chars)"
+        )
+        raise ValueError(f"run={shown} is invalid: {allowed}")
+    return run
+
+
 class PrometheusExporter:
     """Serves ``monitor.latest()`` on ``http://{addr}:{port}/metrics`` for Prometheus.
 
@@ -308,17 +387,23 @@ class PrometheusExporter:
             from the launcher's environment by default (``GROUP_RANK``, ``NODE_RANK``,
             ``SLURM_NODEID``, ...; see :func:`sysmetrics.distributed.env_node_rank`),
             ``"0"`` where it says nothing.
+        run: the ``run`` label of every series, telling this run's series from those of
+            other runs on the same nodes: up to 64 letters, digits, ``_ . : -``. By
+            default the launcher's job id (the same on every node; see
+            :func:`make_run_id`), else one made at start from the time and random hex.
 
     Attributes:
         port: the port listened on (the one picked, for ``port=0``).
         addr: the address listened on, as given.
+        node: the ``node`` label.
+        run: the ``run`` label (the one made, by default).
         monitor: the monitor served.
         registry: the ``prometheus_client.CollectorRegistry`` the page is made from.
 
     Raises:
         ImportError: prometheus-client is not installed (the ``[prometheus]`` extra).
-        TypeError, ValueError: ``monitor``, ``port`` or ``addr`` is invalid; the message
-            names the option, the value and what is allowed.
+        TypeError, ValueError: ``monitor``, ``port``, ``addr``, ``node`` or ``run`` is
+            invalid; the message names the option, the value and what is allowed.
         OSError: the address cannot be listened on (the port is in use, the address is
             not this machine's); the message names the address.
 
@@ -330,6 +415,7 @@ class PrometheusExporter:
         port: int = DEFAULT_PORT,
         addr: str = DEFAULT_ADDR,
         node: int | str | None = None,
+        run: str | None = None,
     ) -> None:
         if not callable(getattr(monitor, "latest", None)):
             raise TypeError(
@@ -342,6 +428,7 @@ class PrometheusExporter:
                 "running one (the endpoint serves nothing while it is not running)"
             )
         self.node = _check_node(node)
+        self.run = _check_run(run)
         self.port = _check_port(port)
         family, host = _resolve(addr, self.port)
         self.addr = addr
@@ -350,7 +437,9 @@ class PrometheusExporter:
 
         self.monitor = monitor
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_MonitorCollector(monitor, socket.gethostname(), self.node))
+        self.registry.register(
+            _MonitorCollector(monitor, socket.gethostname(), self.node, self.run)
+        )
         try:
             self._server = _Server((host, self.port), family)
         except OSError as exc:
@@ -438,6 +527,7 @@ def serve(
     addr: str = DEFAULT_ADDR,
     monitor: SystemMonitor | _Latest | None = None,
     node: int | str | None = None,
+    run: str | None = None,
     **monitor_options: Any,
 ) -> PrometheusExporter:
     """Serve a monitor's values for Prometheus on ``http://{addr}:{port}/metrics``.
@@ -451,6 +541,7 @@ def serve(
         addr: address to listen on (``"127.0.0.1"``, this machine only, by default).
         monitor: the monitor to serve; a new one by default.
         node: the ``node`` label (see :class:`PrometheusExporter`).
+        run: the ``run`` label (see :class:`PrometheusExporter`).
         **monitor_options: options of the new :class:`~sysmetrics.SystemMonitor`
             (``interval`` in seconds, ``disk_paths``, ...).
 
@@ -469,12 +560,12 @@ def serve(
                 f"serve() got monitor options ({', '.join(sorted(monitor_options))}) and a "
                 "monitor: the options apply only to the monitor serve() creates"
             )
-        return PrometheusExporter(monitor, port, addr, node)
+        return PrometheusExporter(monitor, port, addr, node, run)
     from sysmetrics.monitor import SystemMonitor
 
     own = SystemMonitor(**monitor_options)
     try:
-        exporter = PrometheusExporter(own, port, addr, node)
+        exporter = PrometheusExporter(own, port, addr, node, run)
     except BaseException:
         own.stop()
         raise
