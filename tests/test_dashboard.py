@@ -183,7 +183,6 @@ def test_every_query_and_alert_returns_data_during_real_training(tmp_path: Path)
     from sysmetrics.host import default_source
     from sysmetrics.integrations.lightning import SystemMetricsCallback
     from sysmetrics.sinks import PrometheusExporter
-    from sysmetrics.steptime import StepClock, batch_size
     from tests.fake_nvml import FakeGpu, FakeNvmlLib, binding
     from tests.prometheus_server import Prometheus
 
@@ -210,23 +209,14 @@ def test_every_query_and_alert_returns_data_during_real_training(tmp_path: Path)
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    clock = StepClock()
     hold, done = threading.Event(), threading.Event()
 
     class Control(pl.Callback):
-        """Marks the steps on ``clock`` (the step.* keys; the callback's own step timing
-        replaces this where it has it), holds the loop while ``hold`` is set (a stall),
-        and stops training once ``done`` is set."""
-
-        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-            clock.restart()
-
-        def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, i: int) -> None:
-            clock.begin()
+        """Holds the loop while ``hold`` is set (a stall), and stops training once
+        ``done`` is set. The step.* keys are the callback's own step timing."""
 
         def on_train_batch_end(self, trainer: Any, module: Any, out: Any, batch: Any,
                                i: int) -> None:  # fmt: skip
-            clock.end(samples=float(batch_size(batch) or 0))
             while hold.is_set() and not done.is_set():
                 time.sleep(0.05)
             if done.is_set():
@@ -237,7 +227,6 @@ def test_every_query_and_alert_returns_data_during_real_training(tmp_path: Path)
     assert nvidia is not None
     monitor = SystemMonitor(interval=0.25, collectors=[*host_collectors(), nvidia])
     reader = monitor.reader(buffer=100_000)
-    monitor.step_timing = clock.read
     trainer = pl.Trainer(
         max_epochs=100_000, logger=CSVLogger(tmp_path, name="csv"), log_every_n_steps=2,
         callbacks=[SystemMetricsCallback(monitor=monitor), Control()],
