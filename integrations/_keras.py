@@ -132,3 +132,17 @@ def filter_progress_bars(
             vars(cb).pop("on_epoch_end", None)
 
     return undo
+
+
+def say(line: str) -> None:
+    """A line where Keras prints its own.
+
+    That is stdout, or absl logging where the user turned interactive logging off
+    (private ``keras.src.utils.io_utils.print_msg``; ``print`` where it has moved).
+    """
+    try:
+        from keras.src.utils.io_utils import print_msg
+    except ImportError:  # moved in another Keras version
+        print(line, flush=True)
+        return
+    print_msg(line)

@@ -7,6 +7,7 @@ meaning from Lightning 2.2 to 2.6 (the versions the test matrix runs).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -91,3 +92,12 @@ def show_in_progress_bar(
 
     bar.get_metrics = get_metrics
     return lambda: bar.__dict__.pop("get_metrics", None)
+
+
+def say(line: str) -> None:
+    """A line where Lightning prints its own (its ``lightning.pytorch`` logger, INFO).
+
+    Lightning gives that logger a console handler at import unless the application
+    configured logging; the callers call this on global rank 0 only.
+    """
+    logging.getLogger("lightning.pytorch").info(line)

@@ -17,6 +17,7 @@ from typing import Any
 
 from transformers import Trainer
 from transformers.trainer_callback import CallbackHandler, PrinterCallback, ProgressCallback
+from transformers.utils import logging as hf_logging
 
 from sysmetrics.callback import calling_frame
 
@@ -84,3 +85,12 @@ def samples_per_step(trainer: Any, args: Any, state: Any) -> float:
             pass
     micro = getattr(state, "train_batch_size", None) or args.per_device_train_batch_size
     return float(micro * args.gradient_accumulation_steps * max(args.world_size, 1))
+
+
+def say(line: str) -> None:
+    """A line through transformers' logging, at WARNING.
+
+    WARNING is the level its console shows by default (INFO is hidden unless the user
+    raised the verbosity).
+    """
+    hf_logging.get_logger("transformers.trainer").warning(line)

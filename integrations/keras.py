@@ -81,7 +81,8 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
         self._sizes = None
         found = _keras.callback_list()
         if found is None:
-            self.core.start(step=1)  # the first batch's, as on_train_batch_begin stamps it
+            # The first batch's step, as on_train_batch_begin stamps it.
+            self.core.start(step=1, say=_keras.say)
         else:
             callbacks, fit_frame = found
             self._sizes = _keras.BatchSizes(fit_frame, self._steps)
@@ -91,7 +92,7 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
                 if self.core.console
                 else _keras.filter_progress_bars(callbacks, self.core.hidden)
             )
-            self.core.start(watch=fit_frame, cleanup=undo, step=1)
+            self.core.start(watch=fit_frame, cleanup=undo, step=1, say=_keras.say)
         # Batch points start a new window of the run's reader each time; the epoch values
         # come from a reader of their own, so they cover the whole epoch and keep its peak.
         step = self.core.logging_interval == "step"

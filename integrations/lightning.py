@@ -97,6 +97,7 @@ class SystemMetricsCallback(Callback):
             run_dir=run_dir,
             node=trainer.node_rank,
             step=_lightning.logged_step(trainer),
+            say=_lightning.say if trainer.is_global_zero else None,
         )
 
     @override

@@ -86,7 +86,12 @@ class SystemMetricsCallback(TrainerCallback):
                 SystemMetricsWarning,
                 stacklevel=2,
             )
-            self.core.start(sample=sample, run_dir=_run_dir(args), step=state.global_step + 1)
+            self.core.start(
+                sample=sample,
+                run_dir=_run_dir(args),
+                step=state.global_step + 1,
+                say=_transformers.say if state.is_world_process_zero else None,
+            )
             return
         handler, loop_frame = found
         move_to_front(handler.callbacks, self)
@@ -107,6 +112,7 @@ class SystemMetricsCallback(TrainerCallback):
             cleanup=cleanup,
             run_dir=_run_dir(args),
             step=state.global_step + 1,  # the first step's, as on_step_begin stamps it
+            say=_transformers.say if state.is_world_process_zero else None,
         )
 
     def on_step_begin(

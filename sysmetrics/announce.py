@@ -22,7 +22,7 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Optional
 
 from sysmetrics.errors import SystemMetricsWarning
@@ -60,8 +60,8 @@ class LiveFindings:
         say: called with each line, on this object's thread (or in :meth:`close`).
         run: the ``run`` line's fields of this recording (``cpus``, ``node``, ... where
             the rules use them), as a run file would have them.
-        every: seconds between two evaluations (``LIVE_EVERY``); for tests.
-        first: seconds before the first evaluation (``LIVE_FIRST``); for tests.
+        every: seconds between two evaluations (None: ``LIVE_EVERY``, read then).
+        first: seconds before the first evaluation (None: ``LIVE_FIRST``, read then).
 
     """
 
@@ -69,12 +69,12 @@ class LiveFindings:
         self,
         monitor: SystemMonitor,
         say: Callable[[str], None],
-        run: Optional[dict[str, object]] = None,
-        every: float = LIVE_EVERY,
-        first: float = LIVE_FIRST,
+        run: Optional[Mapping[str, object]] = None,
+        every: Optional[float] = None,
+        first: Optional[float] = None,
     ) -> None:
         self._say = say
-        self._every = every
+        self._every = LIVE_EVERY if every is None else every
         self._header = dict(run or {})
         self._reader = monitor.reader(buffer=LIVE_BUFFER)
         self._run = self._new_run([])
@@ -83,7 +83,7 @@ class LiveFindings:
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one evaluation at a time (the thread, close())
         self._failed = False
-        self._next = time.monotonic() + first
+        self._next = time.monotonic() + (LIVE_FIRST if first is None else first)
         self._thread = threading.Thread(target=self._loop, name="sysmetrics-findings", daemon=True)
 
     @property

@@ -20,6 +20,7 @@ from typing_extensions import Unpack
 from sysmetrics import _watch, distributed
 from sysmetrics import options as opts
 from sysmetrics._checks import one_or_many
+from sysmetrics.announce import LiveFindings
 from sysmetrics.callback_run import Run
 from sysmetrics.descriptions import split_node
 from sysmetrics.errors import SystemMetricsWarning, quote
@@ -168,6 +169,7 @@ class CallbackCore:
         self.include: tuple[str, ...] = checked["include"]
         self.exclude: tuple[str, ...] = checked["exclude"]
         self.console: bool = checked["console"]
+        self.live_findings: bool = checked["live_findings"]
         self.monitor_options: dict[str, Any] = {
             "interval": 1.0 if interval is None else interval,
             **monitor_options,
@@ -247,6 +249,7 @@ class CallbackCore:
         run_dir: str | None = None,
         node: int | None = None,
         step: int | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
         """Start a run: sample where ``sample`` (one process per node).
 
@@ -262,6 +265,9 @@ class CallbackCore:
             run_dir: the run's log directory, for ``run_file=True``.
             node: this rank's node rank, where the framework knows it.
             step: the step the first sample is stamped with (the first step trained).
+            say: where the findings are told live (the framework's logging), on the
+                process that logs (global rank 0); None elsewhere. Only a process that
+                samples tells them (its node's findings), unless ``live_findings=False``.
 
         """
         self.stop()
@@ -274,6 +280,9 @@ class CallbackCore:
             try:
                 if sample:
                     self._open(run, own, run_dir, step)
+                    if say is not None and self.live_findings and run.monitor is not None:
+                        header = {"pid": run.monitor.pid, "interval": run.monitor.interval}
+                        run.findings = LiveFindings(run.monitor, say, run=header).start()
                 elif own is not None:
                     own.stop()  # frees what its collectors opened
                 if watch is not None:

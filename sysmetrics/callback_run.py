@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sysmetrics import distributed
+from sysmetrics.announce import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Reader
 from sysmetrics.sinks.jsonl import JsonlSink
@@ -29,6 +30,7 @@ class Run:
         self.reader: Reader | None = None  # this run's reader of it
         self.extra: list[Reader] = []  # more readers of this run (Keras: the epochs')
         self.sink: JsonlSink | None = None  # the run file
+        self.findings: LiveFindings | None = None  # told live, on the logging process
         self.step_timing: TotalsSource | None = None  # what this run set on the monitor
         self.cancel_watch: Callable[[], None] | None = None
         self.cleanup: Callable[[], None] | None = None
@@ -64,6 +66,9 @@ class Run:
                 monitor.step_timing = None
         elif monitor is not None:
             monitor.stop()  # its last sample, with the last step, reaches the run file
+        findings, self.findings = self.findings, None
+        if findings is not None:
+            findings.close()  # the rules once more, over the whole run
         for reader in readers:
             if reader is not None:
                 reader.close()
