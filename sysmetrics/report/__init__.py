@@ -30,12 +30,19 @@ from typing import Any
 
 from sysmetrics.report import drawing
 from sysmetrics.report.data import (
+    AXES,
     GAP_INTERVALS,
     GAP_S,
     MAX_ROWS,
+    STALL_FACTOR,
+    STALL_MAX_WIDTH,
+    STALL_MIN_WIDTH,
+    STALL_S,
+    TRAINING,
     Axis,
     Row,
     Series,
+    Stall,
     axis,
     group_of,
     segments,
@@ -52,16 +59,22 @@ from sysmetrics.report.drawing import (
     MAX_TITLE_CHARS,
     figure_png,
     figures,
+    finding_marks,
     node_figures,
     node_label,
     point_marker,
 )
 from sysmetrics.report.page import (
+    CROSS_NODE_RULES,
     MAX_COMMAND_CHARS,
     MAX_KEY_CHARS,
     MAX_RECORDINGS_SHOWN,
+    NO_FINDINGS,
     ending,
+    json_report,
     render,
+    run_findings,
+    stall_sentence,
     write_report,
 )
 
@@ -69,6 +82,8 @@ from sysmetrics.report.page import (
 _bins, _drawn, _panels = drawing._bins, drawing._drawn, drawing._panels
 
 __all__ = [
+    "AXES",
+    "CROSS_NODE_RULES",
     "GAP_INTERVALS",
     "GAP_S",
     "MAX_COMMAND_CHARS",
@@ -81,22 +96,33 @@ __all__ = [
     "MAX_ROWS",
     "MAX_SERIES",
     "MAX_TITLE_CHARS",
+    "NO_FINDINGS",
+    "STALL_FACTOR",
+    "STALL_MAX_WIDTH",
+    "STALL_MIN_WIDTH",
+    "STALL_S",
+    "TRAINING",
     "Axis",
     "Row",
     "Series",
+    "Stall",
     "add_parser",
     "axis",
     "ending",
     "figure_png",
     "figures",
+    "finding_marks",
     "group_of",
+    "json_report",
     "node_figures",
     "node_label",
     "point_marker",
     "render",
     "report_command",
+    "run_findings",
     "segments",
     "series",
+    "stall_sentence",
     "starts",
     "summary",
     "write_report",
@@ -107,26 +133,49 @@ def add_parser(subs: Any) -> argparse.ArgumentParser:
     """Add ``report`` to the command line's subcommands; return its parser."""
     rep: argparse.ArgumentParser = subs.add_parser(
         "report",
-        help="turn a run file into an HTML report",
+        help="turn run files into an HTML report",
         description="Write one self-contained HTML page (findings, summary, figures) for a "
-        "run file, or only its figures as PNG files.",
+        "run file, or for several run files of one run (one per node); or only its figures "
+        "as PNG files, or its summary and findings as JSON.",
     )
-    rep.add_argument("run", help="the run file (JSON lines from record or a callback)")
-    rep.add_argument("-o", "--output", help="the HTML file (default: RUN with .html)")
+    rep.add_argument(
+        "run",
+        nargs="+",
+        help="the run file (JSON lines from record or a callback); several: one per node",
+    )
+    rep.add_argument("-o", "--output", help="the HTML file (default: the first RUN with .html)")
     rep.add_argument("--png", metavar="DIR", help="write each figure to DIR/<group>.png")
+    rep.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary and the findings as one JSON document on stdout (no HTML "
+        "unless -o is given)",
+    )
+    rep.add_argument(
+        "--x",
+        choices=AXES,
+        default="step",
+        help="the figures' x axis: step (the default: the training step where the run has "
+        "steps, elapsed time otherwise) or time (elapsed time)",
+    )
     return rep
 
 
 def report_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run ``sysmetrics report``; return the exit status."""
     output = args.output
-    if output is None and args.png is None:
-        output = os.path.splitext(args.run)[0] + ".html"
+    if output is None and args.png is None and not args.json:
+        output = os.path.splitext(args.run[0])[0] + ".html"
     try:
-        written = write_report(args.run, output, args.png)
+        if args.json:
+            text, written = json_report(args.run, output, args.png, args.x)
+        else:
+            written = write_report(args.run, output, args.png, args.x)
     except (OSError, ValueError, ImportError) as exc:
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return 1
-    for path in written:
-        print(path)
+    if args.json:
+        print(text)
+    for path in written:  # with --json, stdout is the document alone
+        print(path, file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from sysmetrics import _optional
 from sysmetrics.descriptions import gpu_key
-from sysmetrics.report.data import _PSS, _RSS, Axis, Series, axis, series
-from sysmetrics.runfile import Run
+from sysmetrics.report.data import _PSS, _RSS, TRAINING, Axis, Series, _duration, axis, series
+from sysmetrics.runfile import Run, Span
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,7 +30,10 @@ MAX_TITLE_CHARS = 100  # characters of a figure's title at most
 # Panels in this order of units (utilization first), the others after; error-counter
 # rates (count/s) are left to the table, with their totals.
 _PANELS = ("%", "GiB", "MiB", "°C", "W", "MHz", "MiB/s", "0/1")
+# The training figure leads with speed: seconds per step, then the data-wait share.
+_TRAINING_PANELS = ("s", "%", "samples/s", "J")
 _NOT_DRAWN = ("count/s",)
+_MARK_COLOURS = ("#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
 
 
 def _bins(
@@ -69,10 +72,17 @@ def point_marker(values: np.ndarray[Any, Any], drawn: np.ndarray[Any, Any]) -> s
 
 
 def _drawn(ax: Axis, y: np.ndarray[Any, Any]) -> tuple[Any, Any, Any, Any]:
-    """:func:`_bins` of each recording, joined by NaN so that no line crosses a gap."""
+    """:func:`_bins` of each recording, joined by NaN so that no line crosses a gap.
+
+    Nor a stall where ``y`` has no value (the ``step.*`` keys: no step closed there).
+    """
     import numpy as np
 
-    bounds = [*ax.starts, len(y)]
+    breaks = set(ax.starts)
+    for stall in ax.stalls:
+        if np.isnan(y[stall.first + 1 : stall.last]).all():
+            breaks.update((stall.first + 1, stall.last))
+    bounds = [*sorted(b for b in breaks if 0 <= b < len(y)), len(y)]
     columns: list[list[Any]] = [[], [], [], []]
     for a, b in zip(bounds, bounds[1:]):
         points = max(1, MAX_POINTS * (b - a) // max(1, len(y)))
@@ -83,19 +93,30 @@ def _drawn(ax: Axis, y: np.ndarray[Any, Any]) -> tuple[Any, Any, Any, Any]:
 
 
 def _panels(members: Sequence[Series]) -> list[tuple[str, list[Series]]]:
-    """The series of a figure by unit, in ``_PANELS`` order, at most ``MAX_PANELS``."""
+    """The series of a figure by unit, in ``_PANELS`` order, at most ``MAX_PANELS``.
+
+    In the ``"Training"`` figure: seconds per step first, then % (data wait).
+    """
     units: dict[str, list[Series]] = {}
     for s in members:
         units.setdefault(s.unit, []).append(s)
-    order = {unit: n for n, unit in enumerate(_PANELS)}
+    training = bool(members) and all(s.group == TRAINING for s in members)
+    order = {unit: n for n, unit in enumerate(_TRAINING_PANELS if training else _PANELS)}
     return sorted(units.items(), key=lambda item: order.get(item[0], len(order)))[:MAX_PANELS]
 
 
-def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") -> bytes:
+Mark = tuple[float, float, str]  # a span to shade on a figure: x from, x to, its label
+
+
+def figure_png(
+    group: str, members: Sequence[Series], ax: Axis, name: str = "", marks: Sequence[Mark] = ()
+) -> bytes:
     """One figure for a group: a panel per unit, a line per series (binned: mean and range).
 
-    ``name`` (the run file's) goes into the title. Keys, the name and the group are
-    plain text (no mathtext or TeX), each cut to a bounded length.
+    ``name`` (the run file's) goes into the title. The axis' stalls are shaded (hatched,
+    with their duration) and ``marks`` (the findings' spans, see :func:`finding_marks`)
+    shaded in colour. Keys, the name and the group are plain text (no mathtext or TeX),
+    each cut to a bounded length.
     """
     figure_class = _optional.matplotlib_figure()
     import matplotlib
@@ -107,12 +128,19 @@ def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") 
         warnings.catch_warnings(),
     ):
         warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
-        return _figure_png(figure_class, group, members, ax, name)
+        return _figure_png(figure_class, group, members, ax, name, marks)
 
 
 def _figure_png(
-    figure_class: Any, group: str, members: Sequence[Series], ax: Axis, name: str
+    figure_class: Any,
+    group: str,
+    members: Sequence[Series],
+    ax: Axis,
+    name: str,
+    marks: Sequence[Mark],
 ) -> bytes:
+    import numpy as np
+
     panels = _panels(members)
     fig = figure_class(figsize=(10, 0.6 + 2.0 * len(panels)), layout="constrained", dpi=100)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
@@ -130,24 +158,91 @@ def _figure_png(
         panel.ticklabel_format(axis="y", useOffset=False, style="plain")
         low_y, high_y = panel.get_ylim()
         top = max(abs(low_y), abs(high_y))
+        values = np.concatenate([s.values for s in drawn[:MAX_SERIES]])
+        known = values[~np.isnan(values)]
         if unit == "0/1":  # throttle flags: the whole range, off to on
             panel.set_ylim(-0.05, 1.05)
+        elif known.size and known.min() >= 0 and known.max() == 0:  # all zero: no axis below
+            panel.set_ylim(0, 1)
         elif 0 < high_y - low_y < 0.02 * top:  # a flat line: do not blow its noise up
             middle = (low_y + high_y) / 2
             panel.set_ylim(middle - 0.01 * top, middle + 0.01 * top)
+        elif known.size and known.min() >= 0 and low_y < 0:  # no negative axis for >= 0
+            panel.set_ylim(bottom=0)
+        _shade(panel, ax, marks, panel is axes[0])
         panel.grid(alpha=0.3)
         more = len(drawn) - MAX_SERIES
         title = "" if more <= 0 else f"{more} more in the summary table"
         panel.legend(
             loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title=title or None
         )
-    if ax.label == "step":
-        axes[-1].xaxis.get_major_locator().set_params(integer=True)
-    axes[0].set_title(_cut(f"{group}: {name}" if name else group, MAX_TITLE_CHARS))
+    if ax.is_step:
+        _step_ticks(axes[-1], ax)
+    heading = "Training speed" if group == TRAINING else group
+    axes[0].set_title(_cut(f"{heading}: {name}" if name else heading, MAX_TITLE_CHARS))
     axes[-1].set_xlabel(ax.label)
     out = io.BytesIO()
     fig.savefig(out, format="png")
     return out.getvalue()
+
+
+def _shade(panel: Any, ax: Axis, marks: Sequence[Mark], labelled: bool) -> None:
+    """Shade the axis' stalls (hatched grey) and ``marks`` (colours) on ``panel``.
+
+    The top panel (``labelled``) also names them.
+    """
+    from matplotlib.transforms import blended_transform_factory
+
+    along = blended_transform_factory(panel.transData, panel.transAxes)
+    for stall in ax.stalls:
+        panel.axvspan(stall.x0, stall.x1, facecolor="#bbbbbb", alpha=0.25, hatch="//",
+                      edgecolor="#888888", linewidth=0)  # fmt: skip
+        if labelled:
+            said = f"no new step for {_duration(stall.seconds)}"
+            panel.text((stall.x0 + stall.x1) / 2, 0.97, said + (" (to the end)" if stall.ended
+                       else ""), transform=along, ha="center", va="top", fontsize="small",
+                       color="#444444", clip_on=True)  # fmt: skip
+    for n, (x0, x1, label) in enumerate(marks):
+        colour = _MARK_COLOURS[n % len(_MARK_COLOURS)]
+        if x1 > x0:
+            panel.axvspan(x0, x1, facecolor=colour, alpha=0.12, linewidth=0)
+        else:
+            panel.axvline(x0, color=colour, alpha=0.6, linewidth=1.5)
+        if labelled:
+            panel.text(x0, 1.0 - 0.09 * (1 + n % 4), _cut(label, MAX_LABEL_CHARS),
+                       transform=along, fontsize="x-small", color=colour, clip_on=True)  # fmt: skip
+
+
+def _step_ticks(bottom: Any, ax: Axis) -> None:
+    """Whole-step ticks; where stalls widen the axis, placed at their steps' x."""
+    bottom.xaxis.get_major_locator().set_params(integer=True)
+    if not ax.shifts or ax.steps is None:
+        return
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+
+    known = ax.steps[~np.isnan(ax.steps)]
+    ticks = MaxNLocator(nbins=8, integer=True).tick_values(known.min(), known.max())
+    ticks = ticks[(ticks >= known.min()) & (ticks <= known.max())]
+    labels = [f"{t:.0f}" for t in ticks]
+    bottom.set_xticks([ax.at_step(t) for t in ticks], labels)
+
+
+def finding_marks(found: Sequence[Any], ax: Axis) -> list[Mark]:
+    """Where each finding (``rule``, ``span``) held, as spans on ``ax``.
+
+    A finding without a span, or one the axis cannot place, is left out.
+    """
+    marks = []
+    for finding in found:
+        span: Optional[Span] = finding.span
+        if span is None:
+            continue
+        place = ax.at_step if span.axis == "step" else ax.at_time
+        x0, x1 = place(span.first), place(span.last)
+        if x0 == x0 and x1 == x1:
+            marks.append((min(x0, x1), max(x0, x1), str(finding.rule)))
+    return marks
 
 
 def _cut(text: str, limit: int) -> str:
@@ -165,14 +260,20 @@ def _short(label: str, group: str) -> str:
 
 
 def figures(
-    run: Run, all_series: Optional[Sequence[Series]] = None, name: str = ""
+    run: Run,
+    all_series: Optional[Sequence[Series]] = None,
+    name: str = "",
+    x: str = "step",
+    found: Optional[Sequence[Any]] = None,
 ) -> dict[str, bytes]:
-    """One PNG per group (at most ``MAX_FIGURES``), in reading order.
+    """One PNG per group (at most ``MAX_FIGURES``), in reading order: training speed first.
 
     ``all_series`` is ``series(run)``, where the caller has it already; ``name`` (the run
-    file's) goes into each title.
+    file's) goes into each title; ``x`` is the axis (:func:`~sysmetrics.report.data.axis`);
+    ``found`` the run's findings, whose spans are marked on the first figure (the
+    training figure where the run has step keys).
     """
-    ax = axis(run)
+    ax = axis(run, x)
     groups: dict[str, list[Series]] = {}
     every = series(run) if all_series is None else all_series
     pss = any(s.label.startswith(_PSS) for s in every)
@@ -182,7 +283,11 @@ def figures(
         if s.unit not in _NOT_DRAWN and (s.unit != "0/1" or s.group.startswith("GPU")):
             groups.setdefault(s.group, []).append(s)
     chosen = list(groups.items())[:MAX_FIGURES]
-    return {g: figure_png(g, members, ax, name) for g, members in chosen}
+    marks = finding_marks(found or (), ax)
+    return {
+        g: figure_png(g, members, ax, name, marks if n == 0 else ())
+        for n, (g, members) in enumerate(chosen)
+    }
 
 
 def node_label(node: Optional[int]) -> str:
@@ -190,17 +295,25 @@ def node_label(node: Optional[int]) -> str:
     return "no node" if node is None else f"node {node}"
 
 
-def node_figures(run: Run, name: str = "") -> dict[str, bytes]:
+def node_figures(
+    run: Run,
+    name: str = "",
+    x: str = "step",
+    found: Optional[Mapping[Optional[int], Sequence[Any]]] = None,
+) -> dict[str, bytes]:
     """:func:`figures` of each node of ``run``, named by node (``"node {k}: {group}"``).
 
     Each figure's title names its node; a run of one node gets :func:`figures`' own.
+    ``found`` holds each node's findings.
     """
     nodes = run.by_node()
+    found = found or {}
     if len(nodes) == 1:
-        return figures(run, None, name)
+        return figures(run, None, name, x, found.get(nodes[0][0]))
     pngs = {}
     for node, part in nodes:
         label = node_label(node)
         titled = f"{name}, {label}" if name else label
-        pngs.update({f"{label}: {g}": png for g, png in figures(part, None, titled).items()})
+        drawn = figures(part, None, titled, x, found.get(node))
+        pngs.update({f"{label}: {g}": png for g, png in drawn.items()})
     return pngs
