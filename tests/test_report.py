@@ -799,3 +799,41 @@ def test_files_of_different_runs_are_refused(tmp_path: Path) -> None:
     assert same.returncode == 1
     assert "hold the same recording (host, pid and start)" in same.stderr
     assert not (tmp_path / "a.html").exists()
+
+
+def test_step_means_are_over_steps_as_the_clock_measured(tmp_path: Path) -> None:
+    """Regression: the table's mean of ``step.seconds`` was over samples, so a few slow
+    steps (many samples each) outweighed many fast ones (many steps a sample). A real
+    ``StepClock`` under a real monitor and run file: 60 steps of 5 ms, then 10 of 60 ms
+    (50 ms of it waiting for data); the mean is the clock's own seconds per step."""
+    import time
+
+    from sysmetrics import SystemMonitor
+    from sysmetrics.sinks.jsonl import JsonlSink
+    from sysmetrics.steptime import StepClock
+
+    clock = StepClock()
+    monitor = SystemMonitor(interval=0.05)
+    monitor.step_timing = clock.read
+    path = tmp_path / "run.jsonl"
+    sink = JsonlSink(monitor, path)
+    monitor.start()
+    time.sleep(0.2)  # samples before the first step
+    clock.restart()
+    for n in range(70):
+        slow = n >= 60
+        if slow:
+            time.sleep(0.05)  # the batch arrives late
+        clock.begin()
+        monitor.step = n
+        time.sleep(0.01 if slow else 0.005)
+        clock.end()
+    truth = clock.read()
+    time.sleep(0.15)  # the last steps' sample
+    monitor.stop()
+    sink.close()
+    rows = {r.label: r for r in report.summary(report.series(read_run(path)))}
+    per_step = truth.seconds / truth.steps
+    assert rows["step.seconds"].mean == pytest.approx(per_step, rel=0.15)
+    wait = 100 * truth.wait / truth.seconds
+    assert rows["step.dataWaitPercent"].mean == pytest.approx(wait, abs=8)

@@ -197,11 +197,11 @@ def _shade(panel: Any, ax: Axis, marks: Sequence[Mark], labelled: bool) -> None:
     for stall in ax.stalls:
         panel.axvspan(stall.x0, stall.x1, facecolor="#bbbbbb", alpha=0.25, hatch="//",
                       edgecolor="#888888", linewidth=0)  # fmt: skip
-        if labelled:
-            said = f"no new step for {_duration(stall.seconds)}"
-            panel.text((stall.x0 + stall.x1) / 2, 0.97, said + (" (to the end)" if stall.ended
-                       else ""), transform=along, ha="center", va="top", fontsize="small",
-                       color="#444444", clip_on=True)  # fmt: skip
+        if labelled:  # inside the span, from its edge that is inside the panel
+            said = f"no new step\nfor {_duration(stall.seconds)}"
+            at, side = (stall.x1, "right") if stall.ended else (stall.x0, "left")
+            panel.text(at, 0.97, f" {said} ", transform=along, ha=side, va="top",
+                       fontsize="small", color="#444444", clip_on=True)  # fmt: skip
     for n, (x0, x1, label) in enumerate(marks):
         colour = _MARK_COLOURS[n % len(_MARK_COLOURS)]
         if x1 > x0:
@@ -214,9 +214,12 @@ def _shade(panel: Any, ax: Axis, marks: Sequence[Mark], labelled: bool) -> None:
 
 
 def _step_ticks(bottom: Any, ax: Axis) -> None:
-    """Whole-step ticks; where stalls widen the axis, placed at their steps' x."""
+    """Whole-step ticks; where stalls widen the axis, placed at their steps' x.
+
+    None in a stall at the end (no step there).
+    """
     bottom.xaxis.get_major_locator().set_params(integer=True)
-    if not ax.shifts or ax.steps is None:
+    if not ax.stalls or ax.steps is None:
         return
     import numpy as np
     from matplotlib.ticker import MaxNLocator
