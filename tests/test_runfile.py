@@ -430,3 +430,34 @@ def test_two_real_recordings_make_one_report_of_two_nodes(tmp_path: Path) -> Non
     page = out.read_text()
     assert "Samples of 2 nodes (node 0 (a.jsonl), node 1 (b.jsonl))" in page
     assert page.count("the command exited with status 0") == 2
+
+
+_LINE = st.one_of(
+    st.builds(lambda n, t: {"run": {"node": n, "start": t, "pid": 1}},
+              st.one_of(st.none(), st.integers(0, 3)), st.floats(0, 10)),
+    st.builds(lambda n: {"end": {"node": n}}, st.one_of(st.none(), st.integers(0, 3))),
+    st.builds(lambda n, t, s: {"metrics": {"cpu": 1.0}, "node": n, "time": t, "step": s},
+              st.one_of(st.none(), st.integers(0, 3)), st.one_of(st.none(), st.floats(0, 10)),
+              st.one_of(st.none(), st.integers(0, 5))),
+)  # fmt: skip
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.lists(_LINE, max_size=8), min_size=1, max_size=3))
+def test_any_files_read_as_one_run_or_a_clear_refusal(
+    tmp_path: Path, files: list[list[dict[str, Any]]]
+) -> None:
+    """Any run files: one run holding every sample of every file, each sample of one node
+    and its recording's index in range, or a ValueError naming why; nothing else."""
+    paths = [write(tmp_path / f"f{n}.jsonl", lines) for n, lines in enumerate(files)]
+    try:
+        run = runfile.read_runs(paths)
+    except ValueError as exc:
+        assert any(p.name in str(exc) for p in paths), exc  # names the file
+        return
+    assert len(run) == sum(len(read_run(p)) for p in paths)
+    assert sum(len(part) for _, part in run.by_node()) == len(run)
+    assert all(-1 <= r < len(run.recordings) for r in run.recording)
+    assert all(len(c) == len(run) for c in run.columns.values())

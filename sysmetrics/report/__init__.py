@@ -1,10 +1,14 @@
-"""``sysmetrics report RUN.jsonl -o report.html``: a run file as one page to look at.
+"""``sysmetrics report RUN.jsonl [RUN2.jsonl ...] -o report.html``: a run as one page.
 
 The page is one self-contained HTML file (figures embedded as PNG, no scripts, nothing
 fetched) with the run's findings (:mod:`sysmetrics.findings`), a summary table (mean, p95
-and peak of each key, by group) and one figure per group (CPU, memory, each GPU, disk,
-network, energy, ...), on the step axis where the run has steps and on elapsed time
-otherwise. Figures need matplotlib (the ``[report]`` extra).
+and peak of each key, by group) and one figure per group: training speed first (the
+``step.*`` keys, with the findings' spans marked), then CPU, memory, each GPU, disk,
+network, energy, ...; on the step axis where the run has steps and on elapsed time
+otherwise (``--x``), stalls (stretches without a new step) shaded with their duration.
+Several run files, one per node, make one page (a section per node, the findings across
+nodes above them); ``--json`` prints the summary and findings as one JSON document
+(:mod:`~sysmetrics.report.document`). Figures need matplotlib (the ``[report]`` extra).
 
 Values are shown in the unit a reader expects: counters (``disk.in``, ``network.recv``,
 ``*.energyJoules``) as rates over each interval (MiB/s, W), bytes as GiB (MiB/s for rates),
@@ -15,10 +19,11 @@ per-core CPU keys are shown as their mean over the cores. The job's memory is it
 left out of the figures and marked so in the table.
 
 The package, by concern (each name below is importable from ``sysmetrics.report``):
-:mod:`~sysmetrics.report.data` (a run's keys as :class:`Series`, summary rows, the x axis),
-:mod:`~sysmetrics.report.drawing` (the figures) and :mod:`~sysmetrics.report.page` (the
-HTML page, :func:`write_report`); here, the command line (:func:`add_parser`,
-:func:`report_command`).
+:mod:`~sysmetrics.report.data` (a run's keys as :class:`Series`, summary rows, the x axis
+and its stalls), :mod:`~sysmetrics.report.drawing` (the figures),
+:mod:`~sysmetrics.report.page` (the HTML page, :func:`write_report`, :func:`json_report`)
+and :mod:`~sysmetrics.report.document` (the JSON document); here, the command line
+(:func:`add_parser`, :func:`report_command`).
 """
 
 from __future__ import annotations
