@@ -780,6 +780,16 @@ def test_cross_node_findings_come_once_above_the_nodes(
         ("memory-limit", 0),
         ("memory-limit", 1),
     ]
+    marked: dict[Any, list[str]] = {}  # what each node's figures get to mark
+    monkeypatch.setattr(
+        report.page,
+        "node_figures",
+        lambda run, name, x, found: (
+            marked.update({k: [f.rule for f in v] for k, v in found.items()}) or {}
+        ),
+    )
+    report.write_report([a, b], tmp_path / "page.html")
+    assert marked == {0: ["straggler-node", "memory-limit"], 1: ["straggler-node", "memory-limit"]}
 
 
 def test_files_of_different_runs_are_refused(tmp_path: Path) -> None:
@@ -837,3 +847,34 @@ def test_step_means_are_over_steps_as_the_clock_measured(tmp_path: Path) -> None
     assert rows["step.seconds"].mean == pytest.approx(per_step, rel=0.15)
     wait = 100 * truth.wait / truth.seconds
     assert rows["step.dataWaitPercent"].mean == pytest.approx(wait, abs=8)
+
+
+STALLS = """
+import time, sysmetrics
+t, i = time.monotonic(), 0
+while time.monotonic() - t < 1.5:  # steps advance for 1.5 s ...
+    i += 1
+    sysmetrics.step(i)
+    time.sleep(0.01)
+time.sleep(11)  # ... then none for 11 s: a hang, ended by the command's end
+"""
+
+
+def test_a_real_run_that_ends_stalled_is_one_span(tmp_path: Path) -> None:
+    """``record`` of a loop that stops marking steps for its last 11 s: the step axis
+    spreads those samples over the stall's width, and the page and JSON say it."""
+    path = tmp_path / "run.jsonl"
+    done = cli("record", "--output", str(path), "--interval", "0.25", "--", sys.executable,
+               "-c", STALLS)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = read_run(path)
+    ax = report.axis(run)
+    (stall,) = ax.stalls
+    assert stall.ended and 10.5 <= stall.seconds <= 12.5
+    spread = ax.x[stall.first :]
+    assert np.all(np.diff(spread) > 0) and spread[-1] - spread[0] >= 0.05 * stall.step
+    doc = json.loads(cli("report", str(path), "--json").stdout)
+    (said,) = doc["nodes"][0]["stalls"]
+    assert (said["step"], said["ended"]) == (stall.step, True)
+    page = report.render(run, "t", {})
+    assert f"no new step after step {stall.step} for the last" in page

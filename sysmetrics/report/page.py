@@ -319,7 +319,8 @@ def _write(
         own = found[1].get(run.nodes[0] if run.nodes else None)
         pngs = figures(run, all_series, name, x, own)
     else:
-        pngs = node_figures(run, name, x, found[1])
+        across, own = found  # the findings across nodes are marked on every node's figure
+        pngs = node_figures(run, name, x, {k: [*across, *v] for k, v in own.items()})
     written = []
     if png_dir is not None:
         os.makedirs(png_dir, exist_ok=True)
