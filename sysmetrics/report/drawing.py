@@ -33,6 +33,7 @@ _PANELS = ("%", "GiB", "MiB", "°C", "W", "MHz", "MiB/s", "0/1")
 # The training figure leads with speed: seconds per step, then the data-wait share.
 _TRAINING_PANELS = ("s", "%", "samples/s", "J")
 _NOT_DRAWN = ("count/s",)
+_LEFT, _RIGHT = 0.08, 0.7  # the panels' left and right edges, as shares of the width
 _MARK_COLOURS = ("#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
 
 
@@ -142,7 +143,13 @@ def _figure_png(
     import numpy as np
 
     panels = _panels(members)
-    fig = figure_class(figsize=(10, 0.6 + 2.0 * len(panels)), layout="constrained", dpi=100)
+    # The same margins in every figure (not a layout fitted to each one's legend and tick
+    # labels), so that the figures' x axes line up down the page: a dip in the speed
+    # figure sits above the same step in the CPU figure.
+    height = 0.9 + 2.0 * len(panels)
+    fig = figure_class(figsize=(10, height), dpi=100)
+    fig.subplots_adjust(left=_LEFT, right=_RIGHT, top=1 - 0.4 / height, bottom=0.55 / height,
+                        hspace=0.12)  # fmt: skip
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     for (unit, drawn), panel in zip(panels, axes):
         for s in drawn[:MAX_SERIES]:
@@ -176,6 +183,10 @@ def _figure_png(
         panel.legend(
             loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title=title or None
         )
+    drawn_x = ax.x[~np.isnan(ax.x)]
+    if drawn_x.size and np.ptp(drawn_x) > 0:  # every figure over the whole axis: they line up
+        pad = 0.02 * float(np.ptp(drawn_x))
+        axes[-1].set_xlim(float(drawn_x.min()) - pad, float(drawn_x.max()) + pad)
     if ax.is_step:
         _step_ticks(axes[-1], ax)
     heading = "Training speed" if group == TRAINING else group

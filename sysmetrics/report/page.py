@@ -316,8 +316,7 @@ def _write(
         return []
     name = ", ".join(os.path.basename(p) for p in paths)
     if len(run.nodes) <= 1:
-        own = found[1].get(run.nodes[0] if run.nodes else None)
-        pngs = figures(run, all_series, name, x, own)
+        pngs = figures(run, all_series, name, x, found[1].get(run.nodes[0] if run.nodes else None))
     else:
         across, own = found  # the findings across nodes are marked on every node's figure
         pngs = node_figures(run, name, x, {k: [*across, *v] for k, v in own.items()})
