@@ -737,6 +737,7 @@ def test_several_run_files_make_one_report_per_node(tmp_path: Path) -> None:
     assert page.index("<h2>Node 0</h2>") < page.index("<h2>Node 1</h2>")
     pngs = sorted(p.name for p in (tmp_path / "png").iterdir())
     assert pngs == [
+        "all-nodes-training.png",
         "node-0-cpu.png",
         "node-0-training.png",
         "node-1-cpu.png",
@@ -750,6 +751,26 @@ def test_several_run_files_make_one_report_per_node(tmp_path: Path) -> None:
         (1, str(b), 20),
     ]
     assert doc["files"] == [str(a), str(b)]
+    assert page.index('alt="all nodes: Training"') < page.index("<h2>Node 0</h2>")
+    figure = drawn_nodes_speed(read_runs([a, b]))
+    (panel,) = figure.axes  # step.seconds only: one panel, a line per node
+    assert [t.get_text() for t in panel.get_legend().get_texts()] == [
+        "node 0 step.seconds",
+        "node 1 step.seconds",
+    ]
+    slow_line = np.asarray(panel.get_lines()[1].get_ydata())  # NaN: the break between nodes
+    assert set(slow_line[~np.isnan(slow_line)].tolist()) == {1.0}  # node 1's own, not a mix
+    one = read_run(a)
+    assert report.nodes_speed_png(one) is not None  # one node: its line alone
+    assert report.nodes_speed_png(read_run(write_run(tmp_path / "c", [{"cpu": 1.0}] * 3))) is None
+
+
+def drawn_nodes_speed(run: Run) -> Any:
+    Kept.made = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_optional, "matplotlib_figure", lambda: Kept)
+        assert report.nodes_speed_png(run) is not None
+    return Kept.made[0]
 
 
 def test_cross_node_findings_come_once_above_the_nodes(
@@ -784,7 +805,7 @@ def test_cross_node_findings_come_once_above_the_nodes(
     monkeypatch.setattr(
         report.page,
         "node_figures",
-        lambda run, name, x, found: (
+        lambda run, name, x, found, across: (
             marked.update({k: [f.rule for f in v] for k, v in found.items()}) or {}
         ),
     )

@@ -56,6 +56,7 @@ from sysmetrics.report.data import (
     summary,
 )
 from sysmetrics.report.drawing import (
+    ALL_NODES,
     MAX_FIGURES,
     MAX_LABEL_CHARS,
     MAX_PANELS,
@@ -67,6 +68,7 @@ from sysmetrics.report.drawing import (
     finding_marks,
     node_figures,
     node_label,
+    nodes_speed_png,
     point_marker,
 )
 from sysmetrics.report.page import (
@@ -87,6 +89,7 @@ from sysmetrics.report.page import (
 _bins, _drawn, _panels = drawing._bins, drawing._drawn, drawing._panels
 
 __all__ = [
+    "ALL_NODES",
     "AXES",
     "CROSS_NODE_RULES",
     "GAP_INTERVALS",
@@ -121,6 +124,7 @@ __all__ = [
     "json_report",
     "node_figures",
     "node_label",
+    "nodes_speed_png",
     "point_marker",
     "render",
     "report_command",

@@ -304,6 +304,51 @@ def figures(
     }
 
 
+ALL_NODES = "all nodes"  # the name of the figure comparing the nodes' speed
+
+
+def nodes_speed_png(
+    run: Run, name: str = "", x: str = "step", found: Sequence[Any] = ()
+) -> Optional[bytes]:
+    """The nodes' training speed in one figure: a line per node (None without step keys).
+
+    ``step.seconds`` and ``step.dataWaitPercent`` of every node, on the raw training step
+    (``x="step"``, where every node has steps) or on elapsed time since the earliest
+    node's first sample, so that a node that is slower, or waits longer for data, stands
+    out; ``found`` (the findings across nodes) are marked.
+    """
+    import numpy as np
+
+    nodes = run.by_node()
+    together = Run()
+    for _, part in nodes:
+        together.extend(part)
+    begins = tuple(np.cumsum([0, *(len(part) for _, part in nodes[:-1])]).tolist())
+    steps = np.array([np.nan if s is None else s for s in together.step], dtype=float)
+    epoch = np.array([np.nan if t is None else t for t in together.time], dtype=float)
+    by_step = x == "step" and all(any(s is not None for s in part.step) for _, part in nodes)
+    if by_step:
+        ax = Axis(steps, "step", 0, begins, steps=steps, epoch=epoch)
+    else:
+        seconds = epoch - np.nanmin(epoch) if (~np.isnan(epoch)).any() else epoch
+        span = float(np.nanmax(seconds)) if (~np.isnan(seconds)).any() else 0.0
+        scale, unit = (3600.0, "h") if span > 7200 else (60.0, "min") if span > 120 else (1.0, "s")
+        ax = Axis(seconds / scale, f"elapsed time ({unit})", 0, begins, steps=steps, epoch=epoch)
+    members = []
+    owner = np.repeat(np.arange(len(nodes)), [len(part) for _, part in nodes])
+    for s in series(together):
+        if s.label not in ("step.seconds", "step.dataWaitPercent"):
+            continue
+        for n, (node, _) in enumerate(nodes):
+            mine = np.where(owner == n, s.values, np.nan)
+            if (~np.isnan(mine)).any():
+                members.append(Series(TRAINING, f"{node_label(node)} {s.label}", s.unit, mine))
+    if not members:
+        return None
+    titled = f"{name}, {ALL_NODES}" if name else ALL_NODES
+    return figure_png(TRAINING, members, ax, titled, finding_marks(found, ax))
+
+
 def node_label(node: Optional[int]) -> str:
     """How a node is named on the page: ``"node 3"`` (``"no node"`` where a sample says none)."""
     return "no node" if node is None else f"node {node}"
@@ -314,17 +359,23 @@ def node_figures(
     name: str = "",
     x: str = "step",
     found: Optional[Mapping[Optional[int], Sequence[Any]]] = None,
+    across: Sequence[Any] = (),
 ) -> dict[str, bytes]:
     """:func:`figures` of each node of ``run``, named by node (``"node {k}: {group}"``).
 
     Each figure's title names its node; a run of one node gets :func:`figures`' own.
-    ``found`` holds each node's findings.
+    ``found`` holds each node's findings. Several nodes with step keys first get
+    :func:`nodes_speed_png`, named ``"all nodes: Training"``, with the findings
+    ``across`` nodes marked.
     """
     nodes = run.by_node()
     found = found or {}
     if len(nodes) == 1:
         return figures(run, None, name, x, found.get(nodes[0][0]))
     pngs = {}
+    speed = nodes_speed_png(run, name, x, across)
+    if speed is not None:
+        pngs[f"{ALL_NODES}: {TRAINING}"] = speed
     for node, part in nodes:
         label = node_label(node)
         titled = f"{name}, {label}" if name else label

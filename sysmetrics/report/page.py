@@ -30,7 +30,7 @@ from sysmetrics.report.data import (
     timing,
 )
 from sysmetrics.report.document import document
-from sysmetrics.report.drawing import _cut, figures, node_figures, node_label
+from sysmetrics.report.drawing import ALL_NODES, _cut, figures, node_figures, node_label
 from sysmetrics.runfile import PathLike, Recording, Run, Span, read_runs
 
 MAX_KEY_CHARS = 300  # characters of a key in the summary table at most
@@ -219,9 +219,13 @@ def _section(
     if said:
         parts.append(f"<p><small>{html.escape(' '.join(said))}</small></p>")
     for group, png in pngs.items():
-        data = base64.b64encode(png).decode()
-        parts.append(f'<p><img alt="{html.escape(group)}" src="data:image/png;base64,{data}"></p>')
+        parts.append(_img(group, png))
     return parts
+
+
+def _img(group: str, png: bytes) -> str:
+    data = base64.b64encode(png).decode()
+    return f'<p><img alt="{html.escape(group)}" src="data:image/png;base64,{data}"></p>'
 
 
 def _capital(text: str) -> str:
@@ -264,6 +268,9 @@ def render(
         start = next((t for t in run.time if t is not None), None)
         parts.append("<h2>Findings across nodes</h2>")
         parts.append(_findings_html(across, start))
+        for group, png in pngs.items():  # the nodes' speed side by side
+            if group.startswith(ALL_NODES + ": "):
+                parts.append(_img(group, png))
         for node, part in nodes:
             prefix = node_label(node) + ": "
             mine = {g[len(prefix) :]: p for g, p in pngs.items() if g.startswith(prefix)}
@@ -319,7 +326,8 @@ def _write(
         pngs = figures(run, all_series, name, x, found[1].get(run.nodes[0] if run.nodes else None))
     else:
         across, own = found  # the findings across nodes are marked on every node's figure
-        pngs = node_figures(run, name, x, {k: [*across, *v] for k, v in own.items()})
+        marked = {k: [*across, *v] for k, v in own.items()}
+        pngs = node_figures(run, name, x, marked, across)
     written = []
     if png_dir is not None:
         os.makedirs(png_dir, exist_ok=True)
