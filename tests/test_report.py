@@ -899,3 +899,16 @@ def test_a_real_run_that_ends_stalled_is_one_span(tmp_path: Path) -> None:
     assert (said["step"], said["ended"]) == (stall.step, True)
     page = report.render(run, "t", {})
     assert f"no new step after step {stall.step} for the last" in page
+
+
+def test_a_long_key_keeps_its_legend_inside_the_figure(tmp_path: Path) -> None:
+    """Regression: with the same margins in every figure, a 60-character key's legend ran
+    past the figure's right edge and was cut off; legend labels wrap onto lines."""
+    key = "disk./very/long/path/to/some/mounted/filesystem/x.usagePercent"
+    samples = [{key: 50.0 + n, "cpu": 10.0} for n in range(5)]
+    figure = drawn_figure(read_run(write_run(tmp_path / "r", samples)), "Disk")
+    for panel in figure.axes:
+        legend = panel.get_legend()
+        assert legend.get_window_extent().x1 <= figure.bbox.width
+        text = "".join(t.get_text() for t in legend.get_texts()).replace("\n", "")
+        assert text == report.drawing._cut(key, report.MAX_LABEL_CHARS)  # all of it, wrapped

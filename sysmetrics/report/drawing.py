@@ -158,6 +158,7 @@ def _figure_png(
             label = _cut(_short(s.label, group), MAX_LABEL_CHARS)
             if not label or label.startswith("_"):  # matplotlib leaves those out of legends
                 label = repr(label)
+            label = _wrap(label)
             (line,) = panel.plot(x, mean, linewidth=1.2, label=label, marker=marker, markersize=3)
             if low is not mean:
                 panel.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
@@ -257,6 +258,20 @@ def finding_marks(found: Sequence[Any], ax: Axis) -> list[Mark]:
         if x0 == x0 and x1 == x1:
             marks.append((min(x0, x1), max(x0, x1), str(finding.rule)))
     return marks
+
+
+_LEGEND_CHARS = 34  # characters of a legend line at most: the legend fits right of _RIGHT
+
+
+def _wrap(label: str) -> str:
+    """``label`` on lines of at most ``_LEGEND_CHARS``, cut after a space, dot or slash."""
+    lines: list[str] = []
+    while len(label) > _LEGEND_CHARS:
+        cut = max(label.rfind(c, 1, _LEGEND_CHARS) + 1 for c in " ./")
+        cut = cut if cut > _LEGEND_CHARS // 2 else _LEGEND_CHARS
+        lines.append(label[:cut].rstrip())
+        label = label[cut:].lstrip()
+    return "\n".join([*lines, label])
 
 
 def _cut(text: str, limit: int) -> str:
