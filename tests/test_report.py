@@ -912,3 +912,63 @@ def test_a_long_key_keeps_its_legend_inside_the_figure(tmp_path: Path) -> None:
         assert legend.get_window_extent().x1 <= figure.bbox.width
         text = "".join(t.get_text() for t in legend.get_texts()).replace("\n", "")
         assert text == report.drawing._cut(key, report.MAX_LABEL_CHARS)  # all of it, wrapped
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.1, 0.5, 1.0, 12.0, 700.0]),  # s since the sample before
+            st.sampled_from([0, 0, 0, 1, 3, 40]),  # steps since the sample before
+            st.booleans(),  # the sample has step keys
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from(report.AXES),
+)
+def test_any_steps_and_gaps_give_an_ordered_axis_and_a_page(
+    rows: list[tuple[float, int, bool]], x: str
+) -> None:
+    """Stalls anywhere (the middle, the end, back to back), repeated clocks, jumps: the
+    drawn x never goes back, every stall lies inside the run and the axis, and the page
+    and figures are made."""
+    run = Run()
+    t, step = 0.0, 0
+    for gap, advance, keys in rows:
+        t, step = t + gap, step + advance
+        metrics = {
+            "cpu": 50.0,
+            **({"step.seconds": 0.1, "step.dataWaitPercent": 5.0} if keys else {}),
+        }
+        run.add(metrics, time=1e9 + t, monotonic=t, step=step)
+    run.pad()
+    ax = report.axis(run, x)
+    drawn = ax.x[~np.isnan(ax.x)]
+    assert np.all(np.diff(drawn) >= 0)
+    for stall in ax.stalls:
+        assert 0 <= stall.first < stall.last < len(run)
+        assert stall.x1 >= stall.x0 and stall.seconds >= report.STALL_S
+    page = report.render(run, "t", {}, x=x)
+    assert page.endswith("</html>")
+    assert report.figures(run, x=x)
+
+
+def test_many_stalls_are_bounded_in_words(tmp_path: Path) -> None:
+    """A run that stops for 12 s every 10 steps (say, a long evaluation) has 30 stalls:
+    the page says the 10 longest and sums the rest; every one is still shaded."""
+    rows: list[tuple[float, Any, dict[str, Any]]] = []
+    t = 0.0
+    for step in range(300):
+        t += 0.5 + (12.0 + step / 100 if step % 10 == 9 else 0.0)
+        rows.append((t, step, {"cpu": 50.0}))
+    run = read_run(write_lines(tmp_path / "r.jsonl", rows))
+    ax = report.axis(run)
+    assert len(ax.stalls) == 30  # before steps 9, 19, ..., 299
+    page = report.render(run, "t", {})
+    assert page.count("no new step after step") == report.MAX_STALLS_SAID
+    assert "no new step after step 298 for 15.5 s" in page  # the longest are said
+    assert "no new step after step 8 for" not in page
+    assert "; 20 shorter stalls, 4 min 31 s in all" in page  # 20 x 12.5 s + 20.8 s
+    figure = drawn_figure(run, "CPU")
+    assert len(figure.axes[0].texts) == report.MAX_STALLS_SAID

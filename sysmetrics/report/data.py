@@ -325,6 +325,7 @@ STALL_S = 10.0  # s: a stretch without a new step at least this long ...
 STALL_FACTOR = 10.0  # ... and this many times the run's median seconds per step is a stall
 STALL_MIN_WIDTH = 0.05  # a stall is drawn at least this share of the steps' range wide ...
 STALL_MAX_WIDTH = 0.25  # ... and at most this share (on the step axis)
+MAX_STALLS_SAID = 10  # stalls said in words (page) and labelled (figures) at most: the longest
 
 
 @dataclass(frozen=True)
@@ -351,6 +352,12 @@ class Stall:
     def ended(self) -> bool:
         """Whether the run ended while stalled (no later step)."""
         return self.next_step is None
+
+
+def longest(stalls: Sequence[Stall]) -> list[Stall]:
+    """The ``MAX_STALLS_SAID`` longest of ``stalls``, in the run's order."""
+    chosen = sorted(stalls, key=lambda s: -s.seconds)[:MAX_STALLS_SAID]
+    return sorted(chosen, key=lambda s: s.first)
 
 
 @dataclass(frozen=True)

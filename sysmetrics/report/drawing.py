@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from sysmetrics import _optional
 from sysmetrics.descriptions import gpu_key
-from sysmetrics.report.data import _PSS, _RSS, TRAINING, Axis, Series, _duration, axis, series
+from sysmetrics.report.data import (
+    _PSS,
+    _RSS,
+    TRAINING,
+    Axis,
+    Series,
+    _duration,
+    axis,
+    longest,
+    series,
+)
 from sysmetrics.runfile import Run, Span
 
 if TYPE_CHECKING:
@@ -206,10 +216,11 @@ def _shade(panel: Any, ax: Axis, marks: Sequence[Mark], labelled: bool) -> None:
     from matplotlib.transforms import blended_transform_factory
 
     along = blended_transform_factory(panel.transData, panel.transAxes)
+    named = {id(stall) for stall in longest(ax.stalls)}
     for stall in ax.stalls:
         panel.axvspan(stall.x0, stall.x1, facecolor="#bbbbbb", alpha=0.25, hatch="//",
                       edgecolor="#888888", linewidth=0)  # fmt: skip
-        if labelled:  # inside the span, from its edge that is inside the panel
+        if labelled and id(stall) in named:  # inside the span, from its edge inside the panel
             said = f"no new step\nfor {_duration(stall.seconds)}"
             at, side = (stall.x1, "right") if stall.ended else (stall.x0, "left")
             panel.text(at, 0.97, f" {said} ", transform=along, ha=side, va="top",

@@ -19,11 +19,13 @@ from typing import Optional
 
 from sysmetrics.findings import Finding, findings
 from sysmetrics.report.data import (
+    MAX_STALLS_SAID,
     Series,
     Stall,
     _duration,
     _number,
     axis,
+    longest,
     series,
     starts,
     summary,
@@ -181,7 +183,11 @@ def _section(
         facts += f"; steps {min(steps)} to {max(steps)}"
     ax = axis(run, x)
     if ax.stalls:
-        facts += "; " + "; ".join(stall_sentence(stall) for stall in ax.stalls)
+        facts += "; " + "; ".join(stall_sentence(stall) for stall in longest(ax.stalls))
+        more = len(ax.stalls) - MAX_STALLS_SAID
+        if more > 0:
+            rest = sum(s.seconds for s in ax.stalls) - sum(s.seconds for s in longest(ax.stalls))
+            facts += f"; {more} shorter stalls, {_duration(rest)} in all"
     parts = [f"<p>{html.escape(facts)}.</p>"]
     recordings = run.recordings
     if len(recordings) == 1:
