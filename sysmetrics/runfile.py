@@ -204,6 +204,7 @@ class Run:
         self.recording: list[int] = []
         self.recordings: list[Recording] = []
         self.columns: dict[str, array[float]] = {}
+        self.files: dict[Optional[int], str] = {}  # node -> its run file (read_runs)
 
     def __len__(self) -> int:
         return len(self.step)
@@ -249,6 +250,31 @@ class Run:
         for column in self.columns.values():
             if len(column) < n:
                 column.extend(array("d", [_NAN]) * (n - len(column)))
+
+    def extend(self, other: Run, node: Optional[int] = None) -> None:
+        """Append ``other``'s samples and recordings; as node ``node`` where given.
+
+        Keys beyond ``MAX_KEYS`` are dropped, as :meth:`add` does.
+        """
+        n, r = len(self), len(self.recordings)
+        for rec in other.recordings:
+            fields = rec.run if node is None else {**rec.run, "node": node}
+            self.recordings.append(Recording(fields, rec.end, rec.first + n))
+        self.time += other.time
+        self.monotonic += other.monotonic
+        self.step += other.step
+        self.node += other.node if node is None else [node] * len(other)
+        self.recording += [i + r if i >= 0 else -1 for i in other.recording]
+        for key, column in other.columns.items():
+            mine = self.columns.get(key)
+            if mine is None:
+                if len(self.columns) >= MAX_KEYS:
+                    continue
+                mine = self.columns[key] = array("d", [_NAN]) * n
+            mine.extend(column)
+        self.pad()
+        self.__dict__.pop("used_gpus", None)  # cached properties of the samples before
+        self.__dict__.pop("job_gpu_percent", None)
 
     def metrics(self, j: int) -> dict[str, float]:
         """Sample ``j``'s metrics, as a dict (the keys it has)."""
@@ -424,3 +450,75 @@ def read_run(path: PathLike, max_lines: int = MAX_LINES) -> Run:
             _add_line(state, raw, fast)
     state.run.pad()
     return state.run
+
+
+def read_runs(paths: Sequence[PathLike], max_lines: int = MAX_LINES) -> Run:
+    """Several run files, one per node of one run, as one :class:`Run` of several nodes.
+
+    Each file is read with :func:`read_run` (``max_lines`` each) and its samples keep the
+    node they name (their ``node``, else their recording's), as in a file that several
+    nodes appended to, so :meth:`Run.by_node` and the findings see every node. Where
+    files name the same node (``sysmetrics record`` on each node names node 0), each
+    file is a node of its own, numbered in the order given: the first is node 0. The
+    samples are in file order; ``Run.files`` maps each node to the file it came from.
+
+    Raises ``OSError`` where a file cannot be read, and ``ValueError`` where the files are
+    not the nodes of one run: a path given twice, two files holding the same recording
+    (the same host, pid and start), files whose nodes are not distinct where one of them
+    holds several nodes, or two files whose samples' times do not overlap (different runs: report
+    each on its own).
+    """
+    if len(paths) == 1:
+        run = read_run(paths[0], max_lines)
+        run.files = {node: os.fspath(paths[0]) for node in run.nodes}
+        return run
+    names = [os.fspath(p) for p in paths]
+    real = [os.path.realpath(p) for p in names]
+    for n, path in enumerate(real):
+        if path in real[:n]:
+            raise ValueError(f"{names[n]} is given twice")
+    runs = [read_run(p, max_lines) for p in names]
+    seen: dict[tuple[Any, ...], str] = {}
+    for name, run in zip(names, runs):
+        for rec in run.recordings:
+            mark = (rec.run.get("host"), rec.run.get("pid"), rec.start, rec.node)
+            if rec.start is not None and mark in seen:
+                raise ValueError(
+                    f"{seen[mark]} and {name} hold the same recording (host, pid and start): "
+                    "give each node's run file once"
+                )
+            seen[mark] = name
+    _check_overlap(names, runs)
+    own = [set(run.nodes) for run in runs]
+    distinct = all(None not in nodes for nodes in own) and sum(map(len, own)) == len(
+        set().union(*own)
+    )
+    several = [name for name, nodes in zip(names, own) if len(nodes) > 1]
+    if not distinct and several:
+        raise ValueError(
+            f"{several[0]} holds several nodes, and the files' nodes are not distinct: give "
+            "one file per node, or files whose nodes differ"
+        )
+    merged = Run()
+    for k, (name, run) in enumerate(zip(names, runs)):
+        renumber = None if distinct else k
+        merged.extend(run, renumber)
+        for node in [renumber] if renumber is not None else run.nodes:
+            merged.files[node] = name
+    return merged
+
+
+def _check_overlap(names: Sequence[str], runs: Sequence[Run]) -> None:
+    """Raise ``ValueError`` where two files' sample times do not overlap (different runs)."""
+    spans = []
+    for name, run in zip(names, runs):
+        times = [t for t in run.time if t is not None]
+        if times:
+            spans.append((min(times), max(times), name))
+    for a, (first_a, last_a, name_a) in enumerate(spans):
+        for first_b, last_b, name_b in spans[a + 1 :]:
+            if first_a > last_b or first_b > last_a:
+                raise ValueError(
+                    f"{name_a} and {name_b} do not overlap in time: they are not the nodes "
+                    "of one run (report each on its own)"
+                )

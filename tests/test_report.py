@@ -11,8 +11,9 @@ import math
 import re
 import subprocess
 import sys
+import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ pytest.importorskip("matplotlib", reason="needs the [report] extra")
 
 from sysmetrics import _optional, report
 from sysmetrics.findings import Run, read_run
+from sysmetrics.runfile import read_runs
 from tests import debian
 from tests.test_record import WORKLOAD
 
@@ -60,7 +62,7 @@ def test_report_of_a_recorded_run(recorded: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     page = out.read_text()
     assert "<h2>Findings</h2>" in page
-    assert "Nothing held the run back" in page  # a CPU-only run: no rule has evidence
+    assert "No rule matched" in page  # a CPU-only run: no rule has evidence
     pngs = sorted(p.name for p in (tmp_path / "png").iterdir())
     assert pngs == ["cpu.png", "disk.png", "memory.png", "network.png"]
     for name in pngs:
@@ -135,7 +137,7 @@ def test_finding_sentences_present_and_absent(tmp_path: Path, rule: str) -> None
 def test_no_findings_on_a_quiet_run(tmp_path: Path) -> None:
     samples = [used(90, cpu=40, **{"proc.memory.percent": 30}) for _ in range(20)]
     page = report.render(read_run(write_run(tmp_path / "run.jsonl", samples)), "t", {})
-    assert "Nothing held the run back" in page
+    assert "No rule matched" in page
     assert not [s for _, s in FINDINGS.values() if s in page]
 
 
@@ -484,3 +486,495 @@ def test_a_key_measured_in_few_samples_has_its_points_marked() -> None:
     assert report.point_marker(sparse, sparse[~np.isnan(sparse)]) == "o"
     assert report.point_marker(dense, dense) is None
     assert report.point_marker(dense[:2], dense[:2]) == "o"  # too few to see as a line
+
+
+# -- issue 26: stalls, the idle tail, speed first, several files, --json, --x --------------
+
+
+def write_lines(
+    path: Path, rows: list[tuple[float, Any, dict[str, Any]]], node: Any = None
+) -> Path:
+    """A run file of ``(seconds, step, metrics)`` rows, with a ``run`` line (node ``node``)."""
+    with path.open("w") as f:
+        start = 1.7e9
+        pid = zlib.crc32(path.name.encode()) % 100_000  # each file its own recording
+        run = {"host": "h", "pid": pid, "start": start + rows[0][0], "interval": 0.5}
+        f.write(json.dumps({"run": run if node is None else {**run, "node": node}}) + "\n")
+        for t, step, metrics in rows:
+            line = {"time": start + t, "monotonic": 100.0 + t, "step": step, "metrics": metrics}
+            f.write(json.dumps(line if node is None else {**line, "node": node}) + "\n")
+    return path
+
+
+def deadlock(path: Path) -> Path:
+    """A DDP deadlock as a run file: 100 steps in 60 s, then step 100 for 10 min, idle."""
+    rows = [(t * 0.5, min(int(t * 0.5 / 0.6), 100), {"cpu": 95.0 if t < 120 else 1.0,
+             **({"step.seconds": 0.6, "step.dataWaitPercent": 10.0} if t < 120 else {})})
+            for t in range(120 + 1200)]  # fmt: skip
+    return write_lines(path, rows)
+
+
+def test_a_deadlock_is_a_marked_span_not_a_vertical_line(tmp_path: Path) -> None:
+    """Regression (issue 26): a real 10-minute DDP deadlock drew as one vertical line at the
+    last step: every sample after it sat at x = 100. The stall gets a width of its own on
+    the step axis, its samples spread by time, and the page, figures and JSON say it."""
+    path = deadlock(tmp_path / "run.jsonl")
+    run = read_run(path)
+    ax = report.axis(run)
+    assert ax.label == "step"
+    tail = ax.x[122:]
+    assert not np.isnan(tail).any()  # drawn, not left out
+    assert np.all(np.diff(tail) > 0)  # spread by time, not stacked at one x
+    (stall,) = ax.stalls
+    assert stall.ended and stall.step == 100 and stall.next_step is None
+    assert stall.seconds == pytest.approx(600, abs=1)
+    assert stall.x1 - stall.x0 == pytest.approx(report.STALL_MAX_WIDTH * 100)  # 10 min: capped
+    page = report.render(run, "t", {})
+    assert "no new step after step 100 for the last 10 min 00 s" in page
+    assert "the run ended stalled" in page
+    done = cli("report", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    (node,) = json.loads(done.stdout)["nodes"]
+    assert node["stalls"] == [{"step": 100, "next_step": None, "seconds": stall.seconds,
+                               "start": stall.start, "ended": True}]  # fmt: skip
+    assert not (tmp_path / "run.html").exists()  # --json alone writes no page
+    for group in ("Training", "CPU"):  # every figure shades it, with its duration
+        top = drawn_figure(run, group).axes[0]
+        (span,) = [p for p in top.patches if p.get_hatch() == "//"]
+        assert span.get_x() == pytest.approx(stall.x0)
+        assert span.get_x() + span.get_width() == pytest.approx(stall.x1)
+        assert [t.get_text() for t in top.texts] == [" no new step\nfor 10 min 00 s "]
+
+
+def test_a_stall_in_the_middle_widens_the_axis_and_keeps_step_ticks(tmp_path: Path) -> None:
+    """Steps 0..50 at 0.5 s, 30 s without a new step, then steps 51..100: the stall's
+    samples spread over their own width, later steps shift right by it, ticks say steps."""
+    rows: list[tuple[float, Any, dict[str, Any]]] = [(n * 0.5, n, {"cpu": 50.0}) for n in range(51)]
+    rows += [(25.0 + n * 0.5, 50, {"cpu": 5.0}) for n in range(1, 61)]  # 30 s at step 50
+    rows += [(55.0 + n * 0.5, 50 + n, {"cpu": 50.0}) for n in range(1, 51)]
+    run = read_run(write_lines(tmp_path / "r.jsonl", rows))
+    ax = report.axis(run)
+    (stall,) = ax.stalls
+    assert (stall.step, stall.next_step, stall.ended) == (50, 51, False)
+    assert stall.seconds == pytest.approx(30.5)
+    width = stall.x1 - stall.x0
+    assert width > 1 + report.STALL_MIN_WIDTH * 100  # more than the one step it spans
+    assert ax.at_step(40) == 40 and ax.at_step(60) == pytest.approx(60 + width - 1)
+    assert np.all(np.diff(ax.x[~np.isnan(ax.x)]) > 0)
+    assert "no new step after step 50 for 30.5 s (25.0 s after the start)" in report.render(
+        run, "t", {}
+    )
+    timed = report.axis(run, "time")  # the same stall on the time axis
+    assert timed.label == "elapsed time (s)"
+    assert [(s.first, s.last) for s in timed.stalls] == [(stall.first, stall.last)]
+    figure = drawn_figure(run, "CPU")
+    labels = [t.get_text() for t in figure.axes[-1].get_xticklabels()]
+    assert labels and all(label.isdigit() for label in labels)
+    assert int(labels[-1]) <= 100  # step numbers, not widened x positions
+
+
+def test_the_idle_tail_after_the_last_step_is_not_drawn(tmp_path: Path) -> None:
+    """Regression (issue 26): the samples after the last step (the job winding down, CPU
+    at 0) were stacked at the last step, a vertical drop to zero. A tail shorter than a
+    stall is left out of the step axis (the page says how many samples); a long one is
+    a stall (above)."""
+    rows: list[tuple[float, Any, dict[str, Any]]] = [(n * 0.5, n, {"cpu": 90.0}) for n in range(50)]
+    rows += [(25.0 + n * 0.5, 49, {"cpu": 0.0}) for n in range(1, 13)]  # 6 s idle
+    run = read_run(write_lines(tmp_path / "r.jsonl", rows))
+    ax = report.axis(run)
+    assert np.isnan(ax.x[-12:]).all()  # not a vertical line at step 49
+    assert ax.x[-13] == 49  # step 49 first seen; it took its 0.5 s
+    assert ax.after == 12 and ax.stalls == ()
+    assert "The 12 samples after the last step" in report.render(run, "t", {})
+    assert report.axis(run, "time").x[-1] == pytest.approx(31.0)  # all there on time
+
+
+def test_step_keys_are_training_and_lead_the_page(tmp_path: Path) -> None:
+    """Regression (issue 26): ``step.energyJoules`` (a gauge, J per step) went to "Energy"
+    by its name's suffix and the other step keys to "Other", drawn last; the training
+    figure leads, seconds per step first, then the data-wait share."""
+    assert report.group_of("step.energyJoules") == "Training"
+    assert report.group_of("step.seconds") == "Training"
+    assert report.group_of("cpu.energyJoules") == "Energy"
+    assert report.group_of("gpu.0.energyJoules") == "GPU 0"
+    samples = [{"step.seconds": 0.5, "step.dataWaitPercent": 20.0, "step.energyJoules": 30.0,
+                "step.samplesPerSecond": 64.0, "cpu": 50.0, "cpu.energyJoules": 10.0 * n}
+               for n in range(6)]  # fmt: skip
+    run = read_run(write_run(tmp_path / "r.jsonl", samples))
+    rows = {r.label: r for r in report.summary(report.series(run))}
+    assert (rows["step.energyJoules"].unit, rows["step.energyJoules"].mean) == ("J", 30)
+    assert rows["step.energyJoules"].total == ""  # a gauge: no total
+    assert (rows["cpu.energyJoules"].unit, rows["cpu.energyJoules"].mean) == ("W", 10)
+    pngs = report.figures(run)
+    assert list(pngs)[:2] == ["Training", "CPU"]
+    training = [s for s in report.series(run) if s.group == "Training"]
+    assert [u for u, _ in report._panels(training)] == ["s", "%", "samples/s", "J"]
+    assert drawn_figure(run, "Training").axes[0].get_title() == "Training speed"
+
+
+class Kept:
+    """matplotlib's ``Figure``, kept where a test can look at it after drawing."""
+
+    made: ClassVar[list[Any]] = []
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from matplotlib.figure import Figure
+
+        figure = Figure(*args, **kwargs)
+        cls.made.append(figure)
+        return figure
+
+
+def drawn_figure(run: Run, group: str, **kwargs: Any) -> Any:
+    """The matplotlib figure ``figures()`` draws for ``group``, kept after drawing."""
+    Kept.made = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_optional, "matplotlib_figure", lambda: Kept)
+        pngs = report.figures(run, **kwargs)
+    return Kept.made[list(pngs).index(group)]
+
+
+def test_an_all_zero_rate_has_no_negative_axis(tmp_path: Path) -> None:
+    """Regression (issue 26): a counter that never moved (disk.in: 0 MiB/s throughout)
+    got matplotlib's default range for a constant, -0.055 to 0.055: a negative rate axis."""
+    samples = [{"disk.in": 7.0, "disk.out": 3.0 + n, "cpu": 50.0} for n in range(6)]
+    figure = drawn_figure(read_run(write_run(tmp_path / "r", samples)), "Disk")
+    (panel,) = figure.axes
+    low, high = panel.get_ylim()
+    assert low == 0 and high > 0
+
+
+def test_findings_spans_are_marked_on_the_speed_figure(tmp_path: Path) -> None:
+    from sysmetrics.findings import Finding
+    from sysmetrics.runfile import Span
+
+    samples = [{"step.seconds": 0.5, "step.dataWaitPercent": 60.0} for _ in range(20)]
+    run = read_run(write_run(tmp_path / "r", samples))  # steps 0..19, times 1000..1019
+    ax = report.axis(run)
+    found = [
+        Finding("input-bound", "waited", {}, Span("step", 5, 9)),
+        Finding("memory-limit", "peaked", {}, Span("time", 1012.0, 1012.0)),
+        Finding("unused-gpu", "idle", {}, None),
+    ]
+    assert report.finding_marks(found, ax) == [(5, 9, "input-bound"), (12, 12, "memory-limit")]
+    figure = drawn_figure(run, "Training", found=found)
+    top = figure.axes[0]
+    assert {t.get_text() for t in top.texts} == {"input-bound", "memory-limit"}
+    assert not drawn_figure(run, "Training").axes[0].texts  # nothing found: nothing marked
+
+
+def test_json_document_schema(recorded: Path, tmp_path: Path) -> None:
+    """``--json``: one JSON document on stdout, every field of the documented schema with
+    its type; no page unless ``-o`` (then its path goes to stderr, stdout stays JSON)."""
+    done = cli("report", str(recorded), "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert not recorded.with_suffix(".html").exists()
+    assert set(doc) == {"schema", "files", "x", "findings", "nodes"}
+    assert (doc["schema"], doc["files"], doc["x"]) == (
+        "sysmetrics.report/1",
+        [str(recorded)],
+        "step",
+    )
+    (node,) = doc["nodes"]
+    assert set(node) == {"node", "file", "samples", "recordings", "seconds", "interval", "steps",
+                         "stalls", "keys"}  # fmt: skip
+    assert node["node"] == 0 and node["file"] == str(recorded) and node["recordings"] == 1
+    run = read_run(recorded)
+    assert node["samples"] == len(run)
+    marked = [s for s in run.step if s is not None]
+    assert node["steps"] == {"first": min(marked), "last": max(marked)}
+    assert isinstance(node["seconds"], float) and isinstance(node["interval"], float)
+    assert node["stalls"] == []
+    keys = {k["key"]: k for k in node["keys"]}
+    for row in keys.values():
+        assert set(row) == {"group", "key", "unit", "mean", "p95", "peak", "total", "total_unit"}
+        assert all(isinstance(row[f], float) for f in ("mean", "p95", "peak"))
+    page_rows = table(report.render(run, "t", {}))
+    assert keys["cpu"]["peak"] == pytest.approx(page_rows["cpu"]["peak"], abs=0.5)  # as the page
+    disk = keys["disk.out"]
+    assert (disk["unit"], disk["total_unit"]) == ("MiB/s", "MiB") and disk["total"] >= 45
+    with_page = cli("report", str(recorded), "--json", "-o", str(tmp_path / "p.html"))
+    assert json.loads(with_page.stdout) == doc
+    assert with_page.stderr.strip() == str(tmp_path / "p.html")
+
+
+def test_json_findings_have_rule_sentence_evidence_span(tmp_path: Path) -> None:
+    samples, sentence = FINDINGS["memory-limit"]
+    path = write_run(tmp_path / "run.jsonl", samples)
+    done = cli("report", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    (finding,) = json.loads(done.stdout)["findings"]
+    assert finding["rule"] == "memory-limit" and sentence in finding["sentence"]
+    assert finding["evidence"] == {"peak_percent": 96.0}
+    assert finding["span"] == {"axis": "step", "first": 2, "last": 2}
+    assert finding["node"] is None
+
+
+def test_x_chooses_the_axis(tmp_path: Path) -> None:
+    path = deadlock(tmp_path / "run.jsonl")
+    for x, label in (("step", "step"), ("time", "elapsed time (min)")):
+        done = cli("report", str(path), "--x", x, "--png", str(tmp_path / x))
+        assert done.returncode == 0, done.stderr
+        assert report.axis(read_run(path), x).label == label
+    bad = cli("report", str(path), "--x", "epoch")
+    assert bad.returncode == 2
+    assert re.search(
+        r"argument --x: invalid choice: 'epoch' \(choose from '?step'?, '?time", bad.stderr
+    )
+    with pytest.raises(ValueError, match="x='epoch' is invalid: use one of step, time"):
+        report.axis(read_run(path), "epoch")
+
+
+def test_several_run_files_make_one_report_per_node(tmp_path: Path) -> None:
+    """``report a.jsonl b.jsonl``: files of ``record`` on two nodes (each says node 0)
+    are nodes 0 and 1, in the order given; the page has a section per node and the
+    findings across nodes; the JSON lists both nodes with their files."""
+    quick = [(n * 0.5, n, {"cpu": 90.0, "step.seconds": 0.5}) for n in range(20)]
+    slow = [(n * 0.5, n // 2, {"cpu": 30.0, "step.seconds": 1.0}) for n in range(20)]
+    a = write_lines(tmp_path / "a.jsonl", quick, node=0)
+    b = write_lines(tmp_path / "b.jsonl", slow, node=0)
+    out = tmp_path / "page.html"
+    done = cli("report", str(a), str(b), "-o", str(out), "--png", str(tmp_path / "png"))
+    assert done.returncode == 0, done.stderr
+    page = out.read_text()
+    assert "Samples of 2 nodes (node 0 (a.jsonl), node 1 (b.jsonl))" in page
+    assert "<h2>Findings across nodes</h2>" in page
+    assert page.index("<h2>Node 0</h2>") < page.index("<h2>Node 1</h2>")
+    pngs = sorted(p.name for p in (tmp_path / "png").iterdir())
+    assert pngs == [
+        "all-nodes-training.png",
+        "node-0-cpu.png",
+        "node-0-training.png",
+        "node-1-cpu.png",
+        "node-1-training.png",
+    ]
+    rows = table(page)  # the last row of each key: node 1's table comes second
+    assert rows["cpu"]["mean"] == 30
+    doc = json.loads(cli("report", str(a), str(b), "--json").stdout)
+    assert [(n["node"], n["file"], n["samples"]) for n in doc["nodes"]] == [
+        (0, str(a), 20),
+        (1, str(b), 20),
+    ]
+    assert doc["files"] == [str(a), str(b)]
+    assert page.index('alt="all nodes: Training"') < page.index("<h2>Node 0</h2>")
+    figure = drawn_nodes_speed(read_runs([a, b]))
+    (panel,) = figure.axes  # step.seconds only: one panel, a line per node
+    assert [t.get_text() for t in panel.get_legend().get_texts()] == [
+        "node 0 step.seconds",
+        "node 1 step.seconds",
+    ]
+    slow_line = np.asarray(panel.get_lines()[1].get_ydata())  # NaN: the break between nodes
+    assert set(slow_line[~np.isnan(slow_line)].tolist()) == {1.0}  # node 1's own, not a mix
+    one = read_run(a)
+    assert report.nodes_speed_png(one) is not None  # one node: its line alone
+    assert report.nodes_speed_png(read_run(write_run(tmp_path / "c", [{"cpu": 1.0}] * 3))) is None
+
+
+def drawn_nodes_speed(run: Run) -> Any:
+    Kept.made = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_optional, "matplotlib_figure", lambda: Kept)
+        assert report.nodes_speed_png(run) is not None
+    return Kept.made[0]
+
+
+def test_cross_node_findings_come_once_above_the_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rule that compares nodes (``CROSS_NODE_RULES``) is applied to the whole run and
+    shown once, above the nodes; every other rule to each node on its own."""
+    from sysmetrics.findings import Finding
+
+    def rules(run: Run) -> list[Finding]:
+        nodes = run.nodes
+        if len(nodes) > 1:
+            return [Finding("straggler-node", f"node {nodes[-1]} is slow", {"node": 1.0})]
+        return [Finding("memory-limit", f"node {nodes[0]} memory", {})]
+
+    monkeypatch.setattr(report.page, "findings", rules)
+    a = write_lines(tmp_path / "a.jsonl", [(n, n, {"cpu": 1.0}) for n in range(6)], node=0)
+    b = write_lines(tmp_path / "b.jsonl", [(n, n, {"cpu": 1.0}) for n in range(6)], node=1)
+    run = read_runs([a, b])
+    page = report.render(run, "t", {})
+    assert page.count("node 1 is slow") == 1
+    assert page.index("node 1 is slow") < page.index("<h2>Node 0</h2>")
+    assert "node 0 memory" in page and "node 1 memory" in page
+    assert "straggler" not in page[page.index("<h2>Node 0</h2>") :]
+    listed = report.page.document(run, [str(a), str(b)], report.run_findings(run))["findings"]
+    assert [(f["rule"], f["node"]) for f in listed] == [
+        ("straggler-node", None),
+        ("memory-limit", 0),
+        ("memory-limit", 1),
+    ]
+    marked: dict[Any, list[str]] = {}  # what each node's figures get to mark
+    monkeypatch.setattr(
+        report.page,
+        "node_figures",
+        lambda run, name, x, found, across: (
+            marked.update({k: [f.rule for f in v] for k, v in found.items()}) or {}
+        ),
+    )
+    report.write_report([a, b], tmp_path / "page.html")
+    assert marked == {0: ["straggler-node", "memory-limit"], 1: ["straggler-node", "memory-limit"]}
+
+
+def test_files_of_different_runs_are_refused(tmp_path: Path) -> None:
+    rows = [(float(n), n, {"cpu": 1.0}) for n in range(5)]
+    a = write_lines(tmp_path / "a.jsonl", rows)
+    later = write_lines(tmp_path / "later.jsonl", [(t + 3600, s, m) for t, s, m in rows])
+    done = cli("report", str(a), str(later))
+    assert done.returncode == 1
+    assert f"{a} and {later} do not overlap in time: they are not the nodes of one run" in (
+        done.stderr
+    )
+    twice = cli("report", str(a), str(a))
+    assert twice.returncode == 1 and f"{a} is given twice" in twice.stderr
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(a.read_bytes())
+    same = cli("report", str(a), str(copy))
+    assert same.returncode == 1
+    assert "hold the same recording (host, pid and start)" in same.stderr
+    assert not (tmp_path / "a.html").exists()
+
+
+def test_step_means_are_over_steps_as_the_clock_measured(tmp_path: Path) -> None:
+    """Regression: the table's mean of ``step.seconds`` was over samples, so a few slow
+    steps (many samples each) outweighed many fast ones (many steps a sample). A real
+    ``StepClock`` under a real monitor and run file: 60 steps of 5 ms, then 10 of 60 ms
+    (50 ms of it waiting for data); the mean is the clock's own seconds per step."""
+    import time
+
+    from sysmetrics import SystemMonitor
+    from sysmetrics.sinks.jsonl import JsonlSink
+    from sysmetrics.steptime import StepClock
+
+    clock = StepClock()
+    monitor = SystemMonitor(interval=0.05)
+    monitor.step_timing = clock.read
+    path = tmp_path / "run.jsonl"
+    sink = JsonlSink(monitor, path)
+    monitor.start()
+    time.sleep(0.2)  # samples before the first step
+    clock.restart()
+    for n in range(70):
+        slow = n >= 60
+        if slow:
+            time.sleep(0.05)  # the batch arrives late
+        clock.begin()
+        monitor.step = n
+        time.sleep(0.01 if slow else 0.005)
+        clock.end()
+    truth = clock.read()
+    time.sleep(0.15)  # the last steps' sample
+    monitor.stop()
+    sink.close()
+    rows = {r.label: r for r in report.summary(report.series(read_run(path)))}
+    per_step = truth.seconds / truth.steps
+    assert rows["step.seconds"].mean == pytest.approx(per_step, rel=0.15)
+    wait = 100 * truth.wait / truth.seconds
+    assert rows["step.dataWaitPercent"].mean == pytest.approx(wait, abs=8)
+
+
+STALLS = """
+import time, sysmetrics
+t, i = time.monotonic(), 0
+while time.monotonic() - t < 1.5:  # steps advance for 1.5 s ...
+    i += 1
+    sysmetrics.step(i)
+    time.sleep(0.01)
+time.sleep(11)  # ... then none for 11 s: a hang, ended by the command's end
+"""
+
+
+def test_a_real_run_that_ends_stalled_is_one_span(tmp_path: Path) -> None:
+    """``record`` of a loop that stops marking steps for its last 11 s: the step axis
+    spreads those samples over the stall's width, and the page and JSON say it."""
+    path = tmp_path / "run.jsonl"
+    done = cli("record", "--output", str(path), "--interval", "0.25", "--", sys.executable,
+               "-c", STALLS)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = read_run(path)
+    ax = report.axis(run)
+    (stall,) = ax.stalls
+    assert stall.ended and 10.5 <= stall.seconds <= 12.5
+    spread = ax.x[stall.first :]
+    assert np.all(np.diff(spread) > 0) and spread[-1] - spread[0] >= 0.05 * stall.step
+    doc = json.loads(cli("report", str(path), "--json").stdout)
+    (said,) = doc["nodes"][0]["stalls"]
+    assert (said["step"], said["ended"]) == (stall.step, True)
+    page = report.render(run, "t", {})
+    assert f"no new step after step {stall.step} for the last" in page
+
+
+def test_a_long_key_keeps_its_legend_inside_the_figure(tmp_path: Path) -> None:
+    """Regression: with the same margins in every figure, a 60-character key's legend ran
+    past the figure's right edge and was cut off; legend labels wrap onto lines."""
+    key = "disk./very/long/path/to/some/mounted/filesystem/x.usagePercent"
+    samples = [{key: 50.0 + n, "cpu": 10.0} for n in range(5)]
+    figure = drawn_figure(read_run(write_run(tmp_path / "r", samples)), "Disk")
+    for panel in figure.axes:
+        legend = panel.get_legend()
+        assert legend.get_window_extent().x1 <= figure.bbox.width
+        text = "".join(t.get_text() for t in legend.get_texts()).replace("\n", "")
+        assert text == report.drawing._cut(key, report.MAX_LABEL_CHARS)  # all of it, wrapped
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.1, 0.5, 1.0, 12.0, 700.0]),  # s since the sample before
+            st.sampled_from([0, 0, 0, 1, 3, 40]),  # steps since the sample before
+            st.booleans(),  # the sample has step keys
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from(report.AXES),
+)
+def test_any_steps_and_gaps_give_an_ordered_axis_and_a_page(
+    rows: list[tuple[float, int, bool]], x: str
+) -> None:
+    """Stalls anywhere (the middle, the end, back to back), repeated clocks, jumps: the
+    drawn x never goes back, every stall lies inside the run and the axis, and the page
+    and figures are made."""
+    run = Run()
+    t, step = 0.0, 0
+    for gap, advance, keys in rows:
+        t, step = t + gap, step + advance
+        metrics = {
+            "cpu": 50.0,
+            **({"step.seconds": 0.1, "step.dataWaitPercent": 5.0} if keys else {}),
+        }
+        run.add(metrics, time=1e9 + t, monotonic=t, step=step)
+    run.pad()
+    ax = report.axis(run, x)
+    drawn = ax.x[~np.isnan(ax.x)]
+    assert np.all(np.diff(drawn) >= 0)
+    for stall in ax.stalls:
+        assert 0 <= stall.first < stall.last < len(run)
+        assert stall.x1 >= stall.x0 and stall.seconds >= report.STALL_S
+    page = report.render(run, "t", {}, x=x)
+    assert page.endswith("</html>")
+    assert report.figures(run, x=x)
+
+
+def test_many_stalls_are_bounded_in_words(tmp_path: Path) -> None:
+    """A run that stops for 12 s every 10 steps (say, a long evaluation) has 30 stalls:
+    the page says the 10 longest and sums the rest; every one is still shaded."""
+    rows: list[tuple[float, Any, dict[str, Any]]] = []
+    t = 0.0
+    for step in range(300):
+        t += 0.5 + (12.0 + step / 100 if step % 10 == 9 else 0.0)
+        rows.append((t, step, {"cpu": 50.0}))
+    run = read_run(write_lines(tmp_path / "r.jsonl", rows))
+    ax = report.axis(run)
+    assert len(ax.stalls) == 30  # before steps 9, 19, ..., 299
+    page = report.render(run, "t", {})
+    assert page.count("no new step after step") == report.MAX_STALLS_SAID
+    assert "no new step after step 298 for 15.5 s" in page  # the longest are said
+    assert "no new step after step 8 for" not in page
+    assert "; 20 shorter stalls, 4 min 31 s in all" in page  # 20 x 12.5 s + 20.8 s
+    figure = drawn_figure(run, "CPU")
+    assert len(figure.axes[0].texts) == report.MAX_STALLS_SAID

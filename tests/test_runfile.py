@@ -346,3 +346,121 @@ def test_field_values_are_bounded(tmp_path: Path) -> None:
     assert len(rec.run["command"][0]) == runfile.MAX_FIELD_CHARS
     assert len(rec.run["host"]) == runfile.MAX_FIELD_CHARS
     assert "nested" not in rec.run and rec.node is None  # 2**80 is no node
+
+
+# -- several files, one per node (issue 26) -------------------------------------------
+
+
+def test_per_node_files_of_the_callbacks_keep_their_nodes(tmp_path: Path) -> None:
+    """The callbacks' ``system_metrics.node{k}.jsonl`` (their samples say their node) read
+    as one run of those nodes, as if they had appended to one file."""
+    a = write(tmp_path / "system_metrics.node1.jsonl", node_lines(1, 90.0, 0.0))
+    b = write(tmp_path / "system_metrics.node0.jsonl", node_lines(0, 10.0, 0.3))
+    run = runfile.read_runs([a, b])
+    assert run.nodes == [1, 0] and run.files == {1: str(a), 0: str(b)}
+    assert len(run) == 12 and [r.node for r in run.recordings] == [1, 0]
+    assert [r.first for r in run.recordings] == [0, 6]
+    assert run.recording == [0] * 6 + [1] * 6
+    parts = dict(run.by_node())
+    assert set(parts[1].columns["cpu"]) == {90.0} and set(parts[0].columns["cpu"]) == {10.0}
+    assert [r.end and r.end["status"] for r in parts[0].recordings] == ["finished"]
+
+
+def test_files_that_name_the_same_node_are_numbered_in_order(tmp_path: Path) -> None:
+    """``sysmetrics record`` on each node names node 0 in every file: each file is a node,
+    the first given node 0; a key only one file has is NaN in the other's samples."""
+    first = node_lines(0, 10.0, 0.0)
+    second = node_lines(0, 90.0, 0.5)
+    second[0]["run"]["pid"] = 99
+    for sample in second[1:-1]:
+        sample["metrics"]["gpu.0.gpu"] = 50.0
+    run = runfile.read_runs(
+        [write(tmp_path / "b.jsonl", first), write(tmp_path / "a.jsonl", second)]
+    )
+    assert run.nodes == [0, 1]
+    assert run.files == {0: str(tmp_path / "b.jsonl"), 1: str(tmp_path / "a.jsonl")}
+    assert [r.node for r in run.recordings] == [0, 1]
+    gpu = list(run.columns["gpu.0.gpu"])
+    assert all(v != v for v in gpu[:6]) and gpu[6:] == [50.0] * 6
+    assert runfile.read_runs([tmp_path / "b.jsonl"]).nodes == [0]  # one file: as read_run
+
+
+def test_files_that_are_not_the_nodes_of_one_run_are_refused(tmp_path: Path) -> None:
+    shared = write(tmp_path / "shared.jsonl", node_lines(0, 1.0, 0.0) + node_lines(1, 2.0, 0.0))
+    other = node_lines(0, 3.0, 0.0)
+    other[0]["run"]["pid"] = 77
+    alone = write(tmp_path / "alone.jsonl", other)
+    with pytest.raises(
+        ValueError, match=r"shared\.jsonl holds several nodes, and the files' nodes"
+    ):
+        runfile.read_runs([shared, alone])
+    late = node_lines(2, 3.0, 3600.0)
+    later = write(tmp_path / "later.jsonl", late)
+    with pytest.raises(ValueError, match="do not overlap in time: they are not the nodes of one"):
+        runfile.read_runs([alone, later])
+    with pytest.raises(ValueError, match=r"alone\.jsonl is given twice"):
+        runfile.read_runs([alone, tmp_path / "." / "alone.jsonl"])
+
+
+SPIN = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {s}: pass\n"
+
+
+def test_two_real_recordings_make_one_report_of_two_nodes(tmp_path: Path) -> None:
+    """Two ``sysmetrics record`` runs at once (two nodes of one job, simulated): one spins
+    a CPU, the other sleeps. One report, a section each, each node's own numbers."""
+    pytest.importorskip("matplotlib", reason="needs the [report] extra")
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    codes = ((a, SPIN.format(s=1.5)), (b, "import time; time.sleep(1.5)"))
+    cmds = [[sys.executable, "-m", "sysmetrics", "record", "--output", str(path), "--interval",
+             "0.1", "--", sys.executable, "-c", code] for path, code in codes]  # fmt: skip
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for c in cmds]
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0, proc.stderr and proc.stderr.read()
+        for stream in (proc.stdout, proc.stderr):
+            assert stream is not None
+            stream.close()
+    run = runfile.read_runs([a, b])
+    assert run.nodes == [0, 1]  # both files say node 0: numbered in the order given
+    cpu = {}  # each node's own tree's CPU, its mean after the command's start-up
+    for k, part in run.by_node():
+        held = [v for v in part.columns["cpu"] if v == v][3:]
+        cpu[k] = sum(held) / len(held)
+    assert cpu[0] > 3 * cpu[1] and cpu[1] < 15, cpu  # one spun (~50 % of 2 CPUs), one slept
+    out = tmp_path / "page.html"
+    cmd = [sys.executable, "-m", "sysmetrics", "report", str(a), str(b), "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    page = out.read_text()
+    assert "Samples of 2 nodes (node 0 (a.jsonl), node 1 (b.jsonl))" in page
+    assert page.count("the command exited with status 0") == 2
+
+
+_LINE = st.one_of(
+    st.builds(lambda n, t: {"run": {"node": n, "start": t, "pid": 1}},
+              st.one_of(st.none(), st.integers(0, 3)), st.floats(0, 10)),
+    st.builds(lambda n: {"end": {"node": n}}, st.one_of(st.none(), st.integers(0, 3))),
+    st.builds(lambda n, t, s: {"metrics": {"cpu": 1.0}, "node": n, "time": t, "step": s},
+              st.one_of(st.none(), st.integers(0, 3)), st.one_of(st.none(), st.floats(0, 10)),
+              st.one_of(st.none(), st.integers(0, 5))),
+)  # fmt: skip
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.lists(_LINE, max_size=8), min_size=1, max_size=3))
+def test_any_files_read_as_one_run_or_a_clear_refusal(
+    tmp_path: Path, files: list[list[dict[str, Any]]]
+) -> None:
+    """Any run files: one run holding every sample of every file, each sample of one node
+    and its recording's index in range, or a ValueError naming why; nothing else."""
+    paths = [write(tmp_path / f"f{n}.jsonl", lines) for n, lines in enumerate(files)]
+    try:
+        run = runfile.read_runs(paths)
+    except ValueError as exc:
+        assert any(p.name in str(exc) for p in paths), exc  # names the file
+        return
+    assert len(run) == sum(len(read_run(p)) for p in paths)
+    assert sum(len(part) for _, part in run.by_node()) == len(run)
+    assert all(-1 <= r < len(run.recordings) for r in run.recording)
+    assert all(len(c) == len(run) for c in run.columns.values())

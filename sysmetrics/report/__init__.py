@@ -1,10 +1,14 @@
-"""``sysmetrics report RUN.jsonl -o report.html``: a run file as one page to look at.
+"""``sysmetrics report RUN.jsonl [RUN2.jsonl ...] -o report.html``: a run as one page.
 
 The page is one self-contained HTML file (figures embedded as PNG, no scripts, nothing
 fetched) with the run's findings (:mod:`sysmetrics.findings`), a summary table (mean, p95
-and peak of each key, by group) and one figure per group (CPU, memory, each GPU, disk,
-network, energy, ...), on the step axis where the run has steps and on elapsed time
-otherwise. Figures need matplotlib (the ``[report]`` extra).
+and peak of each key, by group) and one figure per group: training speed first (the
+``step.*`` keys, with the findings' spans marked), then CPU, memory, each GPU, disk,
+network, energy, ...; on the step axis where the run has steps and on elapsed time
+otherwise (``--x``), stalls (stretches without a new step) shaded with their duration.
+Several run files, one per node, make one page (a section per node, the findings across
+nodes above them); ``--json`` prints the summary and findings as one JSON document
+(:mod:`~sysmetrics.report.document`). Figures need matplotlib (the ``[report]`` extra).
 
 Values are shown in the unit a reader expects: counters (``disk.in``, ``network.recv``,
 ``*.energyJoules``) as rates over each interval (MiB/s, W), bytes as GiB (MiB/s for rates),
@@ -15,10 +19,11 @@ per-core CPU keys are shown as their mean over the cores. The job's memory is it
 left out of the figures and marked so in the table.
 
 The package, by concern (each name below is importable from ``sysmetrics.report``):
-:mod:`~sysmetrics.report.data` (a run's keys as :class:`Series`, summary rows, the x axis),
-:mod:`~sysmetrics.report.drawing` (the figures) and :mod:`~sysmetrics.report.page` (the
-HTML page, :func:`write_report`); here, the command line (:func:`add_parser`,
-:func:`report_command`).
+:mod:`~sysmetrics.report.data` (a run's keys as :class:`Series`, summary rows, the x axis
+and its stalls), :mod:`~sysmetrics.report.drawing` (the figures),
+:mod:`~sysmetrics.report.page` (the HTML page, :func:`write_report`, :func:`json_report`)
+and :mod:`~sysmetrics.report.document` (the JSON document); here, the command line
+(:func:`add_parser`, :func:`report_command`).
 """
 
 from __future__ import annotations
@@ -30,12 +35,20 @@ from typing import Any
 
 from sysmetrics.report import drawing
 from sysmetrics.report.data import (
+    AXES,
     GAP_INTERVALS,
     GAP_S,
     MAX_ROWS,
+    MAX_STALLS_SAID,
+    STALL_FACTOR,
+    STALL_MAX_WIDTH,
+    STALL_MIN_WIDTH,
+    STALL_S,
+    TRAINING,
     Axis,
     Row,
     Series,
+    Stall,
     axis,
     group_of,
     segments,
@@ -44,6 +57,7 @@ from sysmetrics.report.data import (
     summary,
 )
 from sysmetrics.report.drawing import (
+    ALL_NODES,
     MAX_FIGURES,
     MAX_LABEL_CHARS,
     MAX_PANELS,
@@ -52,16 +66,23 @@ from sysmetrics.report.drawing import (
     MAX_TITLE_CHARS,
     figure_png,
     figures,
+    finding_marks,
     node_figures,
     node_label,
+    nodes_speed_png,
     point_marker,
 )
 from sysmetrics.report.page import (
+    CROSS_NODE_RULES,
     MAX_COMMAND_CHARS,
     MAX_KEY_CHARS,
     MAX_RECORDINGS_SHOWN,
+    NO_FINDINGS,
     ending,
+    json_report,
     render,
+    run_findings,
+    stall_sentence,
     write_report,
 )
 
@@ -69,6 +90,9 @@ from sysmetrics.report.page import (
 _bins, _drawn, _panels = drawing._bins, drawing._drawn, drawing._panels
 
 __all__ = [
+    "ALL_NODES",
+    "AXES",
+    "CROSS_NODE_RULES",
     "GAP_INTERVALS",
     "GAP_S",
     "MAX_COMMAND_CHARS",
@@ -80,23 +104,36 @@ __all__ = [
     "MAX_RECORDINGS_SHOWN",
     "MAX_ROWS",
     "MAX_SERIES",
+    "MAX_STALLS_SAID",
     "MAX_TITLE_CHARS",
+    "NO_FINDINGS",
+    "STALL_FACTOR",
+    "STALL_MAX_WIDTH",
+    "STALL_MIN_WIDTH",
+    "STALL_S",
+    "TRAINING",
     "Axis",
     "Row",
     "Series",
+    "Stall",
     "add_parser",
     "axis",
     "ending",
     "figure_png",
     "figures",
+    "finding_marks",
     "group_of",
+    "json_report",
     "node_figures",
     "node_label",
+    "nodes_speed_png",
     "point_marker",
     "render",
     "report_command",
+    "run_findings",
     "segments",
     "series",
+    "stall_sentence",
     "starts",
     "summary",
     "write_report",
@@ -107,26 +144,49 @@ def add_parser(subs: Any) -> argparse.ArgumentParser:
     """Add ``report`` to the command line's subcommands; return its parser."""
     rep: argparse.ArgumentParser = subs.add_parser(
         "report",
-        help="turn a run file into an HTML report",
+        help="turn run files into an HTML report",
         description="Write one self-contained HTML page (findings, summary, figures) for a "
-        "run file, or only its figures as PNG files.",
+        "run file, or for several run files of one run (one per node); or only its figures "
+        "as PNG files, or its summary and findings as JSON.",
     )
-    rep.add_argument("run", help="the run file (JSON lines from record or a callback)")
-    rep.add_argument("-o", "--output", help="the HTML file (default: RUN with .html)")
+    rep.add_argument(
+        "run",
+        nargs="+",
+        help="the run file (JSON lines from record or a callback); several: one per node",
+    )
+    rep.add_argument("-o", "--output", help="the HTML file (default: the first RUN with .html)")
     rep.add_argument("--png", metavar="DIR", help="write each figure to DIR/<group>.png")
+    rep.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary and the findings as one JSON document on stdout (no HTML "
+        "unless -o is given)",
+    )
+    rep.add_argument(
+        "--x",
+        choices=AXES,
+        default="step",
+        help="the figures' x axis: step (the default: the training step where the run has "
+        "steps, elapsed time otherwise) or time (elapsed time)",
+    )
     return rep
 
 
 def report_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run ``sysmetrics report``; return the exit status."""
     output = args.output
-    if output is None and args.png is None:
-        output = os.path.splitext(args.run)[0] + ".html"
+    if output is None and args.png is None and not args.json:
+        output = os.path.splitext(args.run[0])[0] + ".html"
     try:
-        written = write_report(args.run, output, args.png)
+        if args.json:
+            text, written = json_report(args.run, output, args.png, args.x)
+        else:
+            written = write_report(args.run, output, args.png, args.x)
     except (OSError, ValueError, ImportError) as exc:
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return 1
-    for path in written:
-        print(path)
+    if args.json:
+        print(text)
+    for path in written:  # with --json, stdout is the document alone
+        print(path, file=sys.stderr if args.json else sys.stdout)
     return 0

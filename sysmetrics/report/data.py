@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from sysmetrics.descriptions import counter_rate, describe, gpu_key, split_node
+from sysmetrics.descriptions import counter_rate, describe, family, gpu_key, split_node
 from sysmetrics.runfile import Run
 
 if TYPE_CHECKING:
@@ -35,7 +35,8 @@ _NAMES = {
     "ipu": "IPU",
     "openmetrics": "OpenMetrics",
 }
-_ORDER = ("CPU", "Memory", "GPU", "Disk", "Network", "Energy")
+_ORDER = ("Training", "CPU", "Memory", "GPU", "Disk", "Network", "Energy")
+TRAINING = "Training"  # the group of the step.* keys (sysmetrics.steptime), drawn first
 
 
 # The job's RSS sums its processes' (W&B's meaning): not the job's memory where PSS is there.
@@ -44,11 +45,19 @@ _RSS_NOTE = " (shared pages counted once per process)"
 
 
 def group_of(key: str) -> str:
-    """The group a key is summarised and drawn in: ``"CPU"``, ``"GPU 0"``, ``"Disk"``, ...."""
+    """The group a key is summarised and drawn in: ``"Training"``, ``"CPU"``, ``"GPU 0"``, ....
+
+    By the key's family (:func:`~sysmetrics.descriptions.family`), not its name:
+    ``step.*`` keys are ``"Training"`` (``step.energyJoules`` too: a gauge, J per step),
+    energy counters (J) ``"Energy"``.
+    """
     gpu = gpu_key(key)
     if gpu is not None:
         return f"GPU {gpu.i}"
-    if key.endswith("energyJoules"):
+    found = family(key.removesuffix(".max")) or family(key)
+    if found is not None and found.key.startswith("step."):
+        return TRAINING
+    if found is not None and found.kind == "counter" and found.unit == "J":
         return "Energy"
     if split_node(key) is not None:  # node{k}/... keys gathered from several nodes
         return "Nodes"
@@ -69,6 +78,8 @@ class Series:
     """One thing to summarise and draw: ``values`` in ``unit``, one per sample (NaN: none).
 
     For a counter ``values`` are its rates and ``total`` its increase over the run.
+    ``weights`` (``step.*`` keys) is how much each sample counts in the mean (see
+    :func:`step_weights`); None: each sample once.
     """
 
     group: str
@@ -76,6 +87,7 @@ class Series:
     unit: str
     values: np.ndarray[Any, Any]
     total: Optional[float] = None  # a counter's increase over the run, in ``total_unit``
+    weights: Optional[np.ndarray[Any, Any]] = None
 
     @property
     def total_unit(self) -> str:
@@ -152,6 +164,60 @@ def segments(seconds: np.ndarray[Any, Any]) -> list[int]:
     return [0, *(int(i) + 1 for i in np.flatnonzero(breaks))]
 
 
+def timing(run: Run) -> tuple[float, Optional[float]]:
+    """The run's duration and its interval, in s.
+
+    The duration is its recordings' without the gaps between them, the interval the median
+    time between two samples of a recording (None with fewer than 2).
+    """
+    import numpy as np
+
+    seconds = _clock(run)
+    first = starts(run)
+    bounds = [*first, len(seconds)]
+    duration = sum(float(seconds[b - 1] - seconds[a]) for a, b in zip(bounds, bounds[1:]) if b > a)
+    inside = np.delete(np.diff(seconds), [i - 1 for i in first[1:]])
+    inside = inside[inside > 0]
+    return duration, float(np.median(inside)) if inside.size else None
+
+
+# How the monitor's readers weigh each step key: by the steps a sample stands for (per
+# step values) or by those steps' seconds (shares of the step time, rates over it).
+_STEP_WEIGHTS = {
+    "step.seconds": "steps",
+    "step.energyJoules": "steps",
+    "step.dataWaitPercent": "seconds",
+    "step.samplesPerSecond": "seconds",
+}
+
+
+def step_weights(run: Run) -> dict[str, np.ndarray[Any, Any]]:
+    """How many steps, and how many seconds of steps, each sample's ``step.*`` keys stand for.
+
+    From the run file's step marks: a sample with ``step.seconds`` stands for the steps
+    since the previous such sample (the growth of ``step``), and for those steps times
+    ``step.seconds`` seconds. Where that is unknown (the first such sample, a step that
+    went back, no marks) the sample counts as the median of the others (1 where there
+    are none). NaN for samples without ``step.seconds``.
+    """
+    import numpy as np
+
+    per_step = np.frombuffer(run.columns["step.seconds"], dtype=float) if (
+        "step.seconds" in run.columns
+    ) else np.full(len(run), np.nan)  # fmt: skip
+    steps = np.full(len(run), np.nan)
+    previous: Optional[int] = None
+    for j in np.flatnonzero(~np.isnan(per_step)).tolist():
+        here = run.step[j]
+        if previous is not None and here is not None and here > previous:
+            steps[j] = here - previous
+        previous = here if here is not None else previous
+    has = ~np.isnan(per_step)
+    known = steps[has & ~np.isnan(steps)]
+    steps[has & np.isnan(steps)] = float(np.median(known)) if known.size else 1.0
+    return {"steps": steps, "seconds": steps * per_step}
+
+
 def series(run: Run) -> list[Series]:
     """The run's keys as :class:`Series`, grouped, in reading order (see the package)."""
     import numpy as np
@@ -177,13 +243,16 @@ def series(run: Run) -> list[Series]:
             total *= factor
         scaled = values if factor == 1 else values * factor
         label = key + _RSS_NOTE if key.startswith(_RSS) else key
-        out.append(Series(group_of(key), label, unit, scaled, total))
-    for family, columns in collapsed.items():
+        weights = None
+        if key in _STEP_WEIGHTS:
+            weights = step_weights(run)[_STEP_WEIGHTS[key]]
+        out.append(Series(group_of(key), label, unit, scaled, total, weights))
+    for collapsed_key, columns in collapsed.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a sample with no core
             mean = np.nanmean(np.vstack(columns), axis=0)
-        label = f"{family} (mean of {len(columns)})"  # both families are in %
-        out.append(Series(group_of(family), label, "%", mean))
+        label = f"{collapsed_key} (mean of {len(columns)})"  # both families are in %
+        out.append(Series(group_of(collapsed_key), label, "%", mean))
     out.sort(key=lambda s: (_group_order(s.group), s.label))
     return out
 
@@ -221,54 +290,285 @@ class Row:
     p95: float
     peak: float
     total: str = ""  # a counter's increase over the run, with its unit: "200 MiB"
+    total_value: Optional[float] = None  # the same as a number, in ``total_unit``
+    total_unit: str = ""
 
 
 def summary(all_series: Sequence[Series]) -> list[Row]:
-    """Mean, p95 and peak of each series with a value (at most ``MAX_ROWS`` rows)."""
+    """Mean, p95 and peak of each series with a value (at most ``MAX_ROWS`` rows).
+
+    The mean of a series with ``weights`` (``step.*``) is weighted by them: the mean over
+    the steps (or their seconds), as the monitor's readers give it; p95 and peak are
+    over samples.
+    """
     import numpy as np
 
     rows = []
     for s in all_series:
-        known = s.values[~np.isnan(s.values)]
+        has = ~np.isnan(s.values)
+        known = s.values[has]
         if known.size:
             p95 = float(np.percentile(known, 95))
             total = "" if s.total is None else f"{_number(s.total)} {s.total_unit}"
             mean, peak = float(known.mean()), float(known.max())
-            rows.append(Row(s.group, s.label, s.unit, mean, p95, peak, total))
+            if s.weights is not None:
+                w = s.weights[has]
+                ok = ~np.isnan(w) & (w > 0)
+                if ok.any():
+                    mean = float(np.average(known[ok], weights=w[ok]))
+            unit = "" if s.total is None else s.total_unit
+            rows.append(Row(s.group, s.label, s.unit, mean, p95, peak, total, s.total, unit))
     return rows[:MAX_ROWS]
+
+
+STALL_S = 10.0  # s: a stretch without a new step at least this long ...
+STALL_FACTOR = 10.0  # ... and this many times the run's median seconds per step is a stall
+STALL_MIN_WIDTH = 0.05  # a stall is drawn at least this share of the steps' range wide ...
+STALL_MAX_WIDTH = 0.25  # ... and at most this share (on the step axis)
+MAX_STALLS_SAID = 10  # stalls said in words (page) and labelled (figures) at most: the longest
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A stretch without a new step (see :func:`axis`), as the page and figures show it.
+
+    From sample ``first``, where step ``step`` was first seen, to sample ``last``, where
+    the next step was first seen (``next_step``), or the last sample where the run ended
+    stalled (``next_step`` None). ``seconds`` is the time between the two samples,
+    ``start`` that of ``first`` after the run's first sample; ``x0`` and ``x1`` are where
+    the stretch is on the figures' x axis.
+    """
+
+    first: int
+    last: int
+    step: int
+    next_step: Optional[int]
+    seconds: float
+    start: float
+    x0: float
+    x1: float
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run ended while stalled (no later step)."""
+        return self.next_step is None
+
+
+def longest(stalls: Sequence[Stall]) -> list[Stall]:
+    """The ``MAX_STALLS_SAID`` longest of ``stalls``, in the run's order."""
+    chosen = sorted(stalls, key=lambda s: -s.seconds)[:MAX_STALLS_SAID]
+    return sorted(chosen, key=lambda s: s.first)
 
 
 @dataclass(frozen=True)
 class Axis:
-    """The figures' x axis: one ``x`` per sample (NaN: not drawn) and its label."""
+    """The figures' x axis: one ``x`` per sample (NaN: not drawn) and its label.
+
+    ``left_out`` samples before the first step and ``after`` samples of the idle tail
+    after the last step are not drawn (step axis); ``stalls`` are the stretches without a
+    new step, on either axis. ``shifts`` (step axis) are the widths added at each stall
+    (after its step), for :meth:`at_step`; ``steps`` and ``epoch`` are each sample's step
+    and time (s since the epoch; NaN where unknown), to place spans.
+    """
 
     x: np.ndarray[Any, Any]
     label: str
     left_out: int  # samples not drawn (before the first step)
     starts: tuple[int, ...] = (0,)  # the first sample of each recording (see starts())
+    stalls: tuple[Stall, ...] = ()
+    after: int = 0  # samples not drawn (the idle tail after the last step)
+    shifts: tuple[tuple[float, float], ...] = ()  # (step, width added after it)
+    steps: Optional[np.ndarray[Any, Any]] = None
+    epoch: Optional[np.ndarray[Any, Any]] = None
+
+    @property
+    def is_step(self) -> bool:
+        """Whether this is the step axis."""
+        return self.label == "step"
+
+    def at_step(self, step: float) -> float:
+        """Where step ``step`` is on this axis (NaN where the run never reached it)."""
+        import numpy as np
+
+        if self.is_step:
+            return step + sum(width for at, width in self.shifts if step > at)
+        if self.steps is None:
+            return math.nan
+        with np.errstate(invalid="ignore"):
+            reached = np.flatnonzero(self.steps >= step)
+        return float(self.x[reached[0]]) if reached.size else math.nan
+
+    def at_time(self, when: float) -> float:
+        """Where the time ``when`` (s since the epoch) is on this axis (NaN: unknown)."""
+        import numpy as np
+
+        if self.epoch is None:
+            return math.nan
+        known = ~np.isnan(self.epoch) & ~np.isnan(self.x)
+        if not known.any() or not self.epoch[known][0] <= when <= self.epoch[known][-1]:
+            return math.nan
+        return float(np.interp(when, self.epoch[known], self.x[known]))
 
 
-def axis(run: Run) -> Axis:
-    """The step axis where the run has steps that never go back; elapsed time otherwise.
+AXES = ("step", "time")  # what --x chooses from
 
+
+def axis(run: Run, x: str = "step") -> Axis:
+    """The step axis where the run has steps that never go back, elapsed time otherwise.
+
+    ``x="time"`` asks for elapsed time whatever the run has.
     On the step axis a sample is placed by its time between the samples where a step was
-    first seen, so slow steps spread their samples out instead of stacking them.
+    first seen, so slow steps spread their samples out instead of stacking them. A stretch
+    without a new step that lasts at least ``STALL_S`` and ``STALL_FACTOR`` times the
+    run's median seconds per step is a stall (:class:`Stall`, on either axis): on the step
+    axis it gets a width of its own (its seconds over the median seconds per step, between
+    ``STALL_MIN_WIDTH`` and ``STALL_MAX_WIDTH`` of the steps' range), its samples spread
+    over it by time, instead of being squeezed into one step; so does a run that ends
+    stalled. A shorter tail after the last step (the run winding down) is not drawn on the
+    step axis: only its first median step's time, the last step's own.
     """
     import numpy as np
 
+    if x not in AXES:
+        raise ValueError(f"x={x!r} is invalid: use one of {', '.join(AXES)}")
     seconds = _clock(run)
+    begins = tuple(starts(run))
     steps = np.array([math.nan if s is None else s for s in run.step], dtype=float)
-    known = ~np.isnan(steps)
-    if known.sum() >= 2 and np.all(np.diff(steps[known]) >= 0) and np.ptp(steps[known]) > 0:
-        first = np.flatnonzero(known & np.concatenate(([True], steps[1:] != steps[:-1])))
-        first = first[~np.isnan(seconds[first])]
-        if first.size >= 2 and np.all(np.diff(seconds[first]) > 0):
-            x = np.interp(seconds, seconds[first], steps[first])
-            x[: first[0]] = np.nan
-            return Axis(x, "step", int(first[0]), tuple(starts(run)))
+    epoch = np.array([math.nan if t is None else t for t in run.time], dtype=float)
+    found = _steps_seen(seconds, steps, begins)
+    if found is not None and x == "step":
+        return _step_axis(seconds, steps, epoch, begins, *found)
     span = float(np.nanmax(seconds)) if len(seconds) else 0.0
     scale, unit = (3600.0, "h") if span > 7200 else (60.0, "min") if span > 120 else (1.0, "s")
-    return Axis(seconds / scale, f"elapsed time ({unit})", 0, tuple(starts(run)))
+    timed = seconds / scale
+    stalls: tuple[Stall, ...] = ()
+    if found is not None:
+        first, _per_step, stalled, tail = found
+        stalls = tuple(
+            Stall(
+                a,
+                b,
+                int(steps[a]),
+                None if end else int(steps[b]),
+                float(seconds[b] - seconds[a]),
+                float(seconds[a]),
+                float(timed[a]),
+                float(timed[b]),
+            )
+            for a, b, end in _stall_pairs(first, stalled, tail, len(seconds))
+        )
+    return Axis(timed, f"elapsed time ({unit})", 0, begins, stalls, 0, (), steps, epoch)
+
+
+def _steps_seen(
+    seconds: np.ndarray[Any, Any], steps: np.ndarray[Any, Any], begins: Sequence[int]
+) -> Optional[tuple[np.ndarray[Any, Any], float, np.ndarray[Any, Any], bool]]:
+    """Where steps were first seen and the stalls; None where the run has no step axis.
+
+    Also the median seconds per step, which stretches between the first-seen samples are
+    stalls, and whether the tail after the last one is.
+    """
+    import numpy as np
+
+    known = ~np.isnan(steps)
+    if known.sum() < 2 or not np.all(np.diff(steps[known]) >= 0) or np.ptp(steps[known]) <= 0:
+        return None
+    first = np.flatnonzero(known & np.concatenate(([True], steps[1:] != steps[:-1])))
+    first = first[~np.isnan(seconds[first])]
+    if first.size < 2 or not np.all(np.diff(seconds[first]) > 0):
+        return None
+    dt, ds = np.diff(seconds[first]), np.diff(steps[first])
+    recording = np.searchsorted(np.asarray(begins), np.arange(len(seconds)), side="right")
+    inside = recording[first[:-1]] == recording[first[1:]]  # no stall across recordings
+    per_step = float(np.median((dt / ds)[inside] if inside.any() else dt / ds))
+    stalled = inside & (dt >= STALL_S) & (dt >= STALL_FACTOR * per_step * ds)
+    timed = np.flatnonzero(~np.isnan(seconds))
+    end = int(timed[-1])
+    tail = float(seconds[end] - seconds[first[-1]])
+    tail_stalled = (
+        recording[end] == recording[first[-1]]
+        and tail >= STALL_S
+        and tail >= STALL_FACTOR * per_step
+    )
+    return first, per_step, stalled, bool(tail_stalled)
+
+
+def _stall_pairs(
+    first: np.ndarray[Any, Any], stalled: np.ndarray[Any, Any], tail: bool, n: int
+) -> list[tuple[int, int, bool]]:
+    """Each stall's first and last sample, and whether it ends the run."""
+    pairs = [(int(first[i]), int(first[i + 1]), False) for i in range(len(stalled)) if stalled[i]]
+    if tail:
+        pairs.append((int(first[-1]), n - 1, True))
+    return pairs
+
+
+def _step_axis(
+    seconds: np.ndarray[Any, Any],
+    steps: np.ndarray[Any, Any],
+    epoch: np.ndarray[Any, Any],
+    begins: tuple[int, ...],
+    first: np.ndarray[Any, Any],
+    per_step: float,
+    stalled: np.ndarray[Any, Any],
+    tail: bool,
+) -> Axis:
+    import numpy as np
+
+    t, s = seconds[first], steps[first]
+    extent = max(1.0, float(s[-1] - s[0]))
+
+    def width(duration: float) -> float:
+        wide = duration / per_step if per_step > 0 else math.inf
+        return min(max(wide, STALL_MIN_WIDTH * extent), STALL_MAX_WIDTH * extent)
+
+    knots_x = [float(s[0])]
+    shifts = []
+    for i in range(len(first) - 1):
+        ds = float(s[i + 1] - s[i])
+        extra = max(0.0, width(float(t[i + 1] - t[i])) - ds) if stalled[i] else 0.0
+        if extra:
+            shifts.append((float(s[i]), extra))
+        knots_x.append(knots_x[-1] + ds + extra)
+    knots_t = list(t)
+    last = len(seconds) - 1
+    if tail:  # the run ended stalled: the tail gets its width
+        end = float(np.nanmax(seconds))
+        knots_t.append(end)
+        knots_x.append(knots_x[-1] + width(end - float(t[-1])))
+        cut = end
+    else:  # the last step's own time, not the run winding down after it
+        cut = float(t[-1]) + per_step
+        knots_t.append(cut)
+        knots_x.append(knots_x[-1] + 1.0)
+    x = np.interp(seconds, knots_t, knots_x)
+    x[: first[0]] = np.nan
+    with np.errstate(invalid="ignore"):
+        beyond = seconds > cut
+    x[beyond] = np.nan
+    x[np.isnan(seconds)] = np.nan
+    stalls = tuple(
+        Stall(
+            a,
+            b,
+            int(steps[a]),
+            None if end_ else int(steps[b]),
+            float(seconds[b] - seconds[a]),
+            float(seconds[a]),
+            float(x[a]),
+            float(x[b]),
+        )
+        for a, b, end_ in _stall_pairs(first, stalled, tail, last + 1)
+    )
+    return Axis(x, "step", int(first[0]), begins, stalls, int(beyond.sum()), tuple(shifts),
+                steps, epoch)  # fmt: skip
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    h, rest = divmod(round(seconds), 3600)
+    m, s = divmod(rest, 60)
+    return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s" if m else f"{seconds:.1f} s"
 
 
 def _number(value: float) -> str:

@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from sysmetrics import _optional
 from sysmetrics.descriptions import gpu_key
-from sysmetrics.report.data import _PSS, _RSS, Axis, Series, axis, series
-from sysmetrics.runfile import Run
+from sysmetrics.report.data import (
+    _PSS,
+    _RSS,
+    TRAINING,
+    Axis,
+    Series,
+    _duration,
+    axis,
+    longest,
+    series,
+)
+from sysmetrics.runfile import Run, Span
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,7 +40,11 @@ MAX_TITLE_CHARS = 100  # characters of a figure's title at most
 # Panels in this order of units (utilization first), the others after; error-counter
 # rates (count/s) are left to the table, with their totals.
 _PANELS = ("%", "GiB", "MiB", "°C", "W", "MHz", "MiB/s", "0/1")
+# The training figure leads with speed: seconds per step, then the data-wait share.
+_TRAINING_PANELS = ("s", "%", "samples/s", "J")
 _NOT_DRAWN = ("count/s",)
+_LEFT, _RIGHT = 0.08, 0.7  # the panels' left and right edges, as shares of the width
+_MARK_COLOURS = ("#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
 
 
 def _bins(
@@ -69,10 +83,17 @@ def point_marker(values: np.ndarray[Any, Any], drawn: np.ndarray[Any, Any]) -> s
 
 
 def _drawn(ax: Axis, y: np.ndarray[Any, Any]) -> tuple[Any, Any, Any, Any]:
-    """:func:`_bins` of each recording, joined by NaN so that no line crosses a gap."""
+    """:func:`_bins` of each recording, joined by NaN so that no line crosses a gap.
+
+    Nor a stall where ``y`` has no value (the ``step.*`` keys: no step closed there).
+    """
     import numpy as np
 
-    bounds = [*ax.starts, len(y)]
+    breaks = set(ax.starts)
+    for stall in ax.stalls:
+        if np.isnan(y[stall.first + 1 : stall.last]).all():
+            breaks.update((stall.first + 1, stall.last))
+    bounds = [*sorted(b for b in breaks if 0 <= b < len(y)), len(y)]
     columns: list[list[Any]] = [[], [], [], []]
     for a, b in zip(bounds, bounds[1:]):
         points = max(1, MAX_POINTS * (b - a) // max(1, len(y)))
@@ -83,19 +104,30 @@ def _drawn(ax: Axis, y: np.ndarray[Any, Any]) -> tuple[Any, Any, Any, Any]:
 
 
 def _panels(members: Sequence[Series]) -> list[tuple[str, list[Series]]]:
-    """The series of a figure by unit, in ``_PANELS`` order, at most ``MAX_PANELS``."""
+    """The series of a figure by unit, in ``_PANELS`` order, at most ``MAX_PANELS``.
+
+    In the ``"Training"`` figure: seconds per step first, then % (data wait).
+    """
     units: dict[str, list[Series]] = {}
     for s in members:
         units.setdefault(s.unit, []).append(s)
-    order = {unit: n for n, unit in enumerate(_PANELS)}
+    training = bool(members) and all(s.group == TRAINING for s in members)
+    order = {unit: n for n, unit in enumerate(_TRAINING_PANELS if training else _PANELS)}
     return sorted(units.items(), key=lambda item: order.get(item[0], len(order)))[:MAX_PANELS]
 
 
-def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") -> bytes:
+Mark = tuple[float, float, str]  # a span to shade on a figure: x from, x to, its label
+
+
+def figure_png(
+    group: str, members: Sequence[Series], ax: Axis, name: str = "", marks: Sequence[Mark] = ()
+) -> bytes:
     """One figure for a group: a panel per unit, a line per series (binned: mean and range).
 
-    ``name`` (the run file's) goes into the title. Keys, the name and the group are
-    plain text (no mathtext or TeX), each cut to a bounded length.
+    ``name`` (the run file's) goes into the title. The axis' stalls are shaded (hatched,
+    with their duration) and ``marks`` (the findings' spans, see :func:`finding_marks`)
+    shaded in colour. Keys, the name and the group are plain text (no mathtext or TeX),
+    each cut to a bounded length.
     """
     figure_class = _optional.matplotlib_figure()
     import matplotlib
@@ -107,14 +139,27 @@ def figure_png(group: str, members: Sequence[Series], ax: Axis, name: str = "") 
         warnings.catch_warnings(),
     ):
         warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
-        return _figure_png(figure_class, group, members, ax, name)
+        return _figure_png(figure_class, group, members, ax, name, marks)
 
 
 def _figure_png(
-    figure_class: Any, group: str, members: Sequence[Series], ax: Axis, name: str
+    figure_class: Any,
+    group: str,
+    members: Sequence[Series],
+    ax: Axis,
+    name: str,
+    marks: Sequence[Mark],
 ) -> bytes:
+    import numpy as np
+
     panels = _panels(members)
-    fig = figure_class(figsize=(10, 0.6 + 2.0 * len(panels)), layout="constrained", dpi=100)
+    # The same margins in every figure (not a layout fitted to each one's legend and tick
+    # labels), so that the figures' x axes line up down the page: a dip in the speed
+    # figure sits above the same step in the CPU figure.
+    height = 0.9 + 2.0 * len(panels)
+    fig = figure_class(figsize=(10, height), dpi=100)
+    fig.subplots_adjust(left=_LEFT, right=_RIGHT, top=1 - 0.4 / height, bottom=0.55 / height,
+                        hspace=0.12)  # fmt: skip
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     for (unit, drawn), panel in zip(panels, axes):
         for s in drawn[:MAX_SERIES]:
@@ -123,6 +168,7 @@ def _figure_png(
             label = _cut(_short(s.label, group), MAX_LABEL_CHARS)
             if not label or label.startswith("_"):  # matplotlib leaves those out of legends
                 label = repr(label)
+            label = _wrap(label)
             (line,) = panel.plot(x, mean, linewidth=1.2, label=label, marker=marker, markersize=3)
             if low is not mean:
                 panel.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
@@ -130,24 +176,113 @@ def _figure_png(
         panel.ticklabel_format(axis="y", useOffset=False, style="plain")
         low_y, high_y = panel.get_ylim()
         top = max(abs(low_y), abs(high_y))
+        values = np.concatenate([s.values for s in drawn[:MAX_SERIES]])
+        known = values[~np.isnan(values)]
         if unit == "0/1":  # throttle flags: the whole range, off to on
             panel.set_ylim(-0.05, 1.05)
+        elif known.size and known.min() >= 0 and known.max() == 0:  # all zero: no axis below
+            panel.set_ylim(0, 1)
         elif 0 < high_y - low_y < 0.02 * top:  # a flat line: do not blow its noise up
             middle = (low_y + high_y) / 2
             panel.set_ylim(middle - 0.01 * top, middle + 0.01 * top)
+        elif known.size and known.min() >= 0 and low_y < 0:  # no negative axis for >= 0
+            panel.set_ylim(bottom=0)
+        _shade(panel, ax, marks, panel is axes[0])
         panel.grid(alpha=0.3)
         more = len(drawn) - MAX_SERIES
         title = "" if more <= 0 else f"{more} more in the summary table"
         panel.legend(
             loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title=title or None
         )
-    if ax.label == "step":
-        axes[-1].xaxis.get_major_locator().set_params(integer=True)
-    axes[0].set_title(_cut(f"{group}: {name}" if name else group, MAX_TITLE_CHARS))
+    drawn_x = ax.x[~np.isnan(ax.x)]
+    if drawn_x.size and np.ptp(drawn_x) > 0:  # every figure over the whole axis: they line up
+        pad = 0.02 * float(np.ptp(drawn_x))
+        axes[-1].set_xlim(float(drawn_x.min()) - pad, float(drawn_x.max()) + pad)
+    if ax.is_step:
+        _step_ticks(axes[-1], ax)
+    heading = "Training speed" if group == TRAINING else group
+    axes[0].set_title(_cut(f"{heading}: {name}" if name else heading, MAX_TITLE_CHARS))
     axes[-1].set_xlabel(ax.label)
     out = io.BytesIO()
     fig.savefig(out, format="png")
     return out.getvalue()
+
+
+def _shade(panel: Any, ax: Axis, marks: Sequence[Mark], labelled: bool) -> None:
+    """Shade the axis' stalls (hatched grey) and ``marks`` (colours) on ``panel``.
+
+    The top panel (``labelled``) also names them.
+    """
+    from matplotlib.transforms import blended_transform_factory
+
+    along = blended_transform_factory(panel.transData, panel.transAxes)
+    named = {id(stall) for stall in longest(ax.stalls)}
+    for stall in ax.stalls:
+        panel.axvspan(stall.x0, stall.x1, facecolor="#bbbbbb", alpha=0.25, hatch="//",
+                      edgecolor="#888888", linewidth=0)  # fmt: skip
+        if labelled and id(stall) in named:  # inside the span, from its edge inside the panel
+            said = f"no new step\nfor {_duration(stall.seconds)}"
+            at, side = (stall.x1, "right") if stall.ended else (stall.x0, "left")
+            panel.text(at, 0.97, f" {said} ", transform=along, ha=side, va="top",
+                       fontsize="small", color="#444444", clip_on=True)  # fmt: skip
+    for n, (x0, x1, label) in enumerate(marks):
+        colour = _MARK_COLOURS[n % len(_MARK_COLOURS)]
+        if x1 > x0:
+            panel.axvspan(x0, x1, facecolor=colour, alpha=0.12, linewidth=0)
+        else:
+            panel.axvline(x0, color=colour, alpha=0.6, linewidth=1.5)
+        if labelled:
+            panel.text(x0, 1.0 - 0.09 * (1 + n % 4), _cut(label, MAX_LABEL_CHARS),
+                       transform=along, fontsize="x-small", color=colour, clip_on=True)  # fmt: skip
+
+
+def _step_ticks(bottom: Any, ax: Axis) -> None:
+    """Whole-step ticks; where stalls widen the axis, placed at their steps' x.
+
+    None in a stall at the end (no step there).
+    """
+    bottom.xaxis.get_major_locator().set_params(integer=True)
+    if not ax.stalls or ax.steps is None:
+        return
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+
+    known = ax.steps[~np.isnan(ax.steps)]
+    ticks = MaxNLocator(nbins=8, integer=True).tick_values(known.min(), known.max())
+    ticks = ticks[(ticks >= known.min()) & (ticks <= known.max())]
+    labels = [f"{t:.0f}" for t in ticks]
+    bottom.set_xticks([ax.at_step(t) for t in ticks], labels)
+
+
+def finding_marks(found: Sequence[Any], ax: Axis) -> list[Mark]:
+    """Where each finding (``rule``, ``span``) held, as spans on ``ax``.
+
+    A finding without a span, or one the axis cannot place, is left out.
+    """
+    marks = []
+    for finding in found:
+        span: Optional[Span] = finding.span
+        if span is None:
+            continue
+        place = ax.at_step if span.axis == "step" else ax.at_time
+        x0, x1 = place(span.first), place(span.last)
+        if x0 == x0 and x1 == x1:
+            marks.append((min(x0, x1), max(x0, x1), str(finding.rule)))
+    return marks
+
+
+_LEGEND_CHARS = 34  # characters of a legend line at most: the legend fits right of _RIGHT
+
+
+def _wrap(label: str) -> str:
+    """``label`` on lines of at most ``_LEGEND_CHARS``, cut after a space, dot or slash."""
+    lines: list[str] = []
+    while len(label) > _LEGEND_CHARS:
+        cut = max(label.rfind(c, 1, _LEGEND_CHARS) + 1 for c in " ./")
+        cut = cut if cut > _LEGEND_CHARS // 2 else _LEGEND_CHARS
+        lines.append(label[:cut].rstrip())
+        label = label[cut:].lstrip()
+    return "\n".join([*lines, label])
 
 
 def _cut(text: str, limit: int) -> str:
@@ -165,14 +300,20 @@ def _short(label: str, group: str) -> str:
 
 
 def figures(
-    run: Run, all_series: Optional[Sequence[Series]] = None, name: str = ""
+    run: Run,
+    all_series: Optional[Sequence[Series]] = None,
+    name: str = "",
+    x: str = "step",
+    found: Optional[Sequence[Any]] = None,
 ) -> dict[str, bytes]:
-    """One PNG per group (at most ``MAX_FIGURES``), in reading order.
+    """One PNG per group (at most ``MAX_FIGURES``), in reading order: training speed first.
 
     ``all_series`` is ``series(run)``, where the caller has it already; ``name`` (the run
-    file's) goes into each title.
+    file's) goes into each title; ``x`` is the axis (:func:`~sysmetrics.report.data.axis`);
+    ``found`` the run's findings, whose spans are marked on the first figure (the
+    training figure where the run has step keys).
     """
-    ax = axis(run)
+    ax = axis(run, x)
     groups: dict[str, list[Series]] = {}
     every = series(run) if all_series is None else all_series
     pss = any(s.label.startswith(_PSS) for s in every)
@@ -182,7 +323,56 @@ def figures(
         if s.unit not in _NOT_DRAWN and (s.unit != "0/1" or s.group.startswith("GPU")):
             groups.setdefault(s.group, []).append(s)
     chosen = list(groups.items())[:MAX_FIGURES]
-    return {g: figure_png(g, members, ax, name) for g, members in chosen}
+    marks = finding_marks(found or (), ax)
+    return {
+        g: figure_png(g, members, ax, name, marks if n == 0 else ())
+        for n, (g, members) in enumerate(chosen)
+    }
+
+
+ALL_NODES = "all nodes"  # the name of the figure comparing the nodes' speed
+
+
+def nodes_speed_png(
+    run: Run, name: str = "", x: str = "step", found: Sequence[Any] = ()
+) -> Optional[bytes]:
+    """The nodes' training speed in one figure: a line per node (None without step keys).
+
+    ``step.seconds`` and ``step.dataWaitPercent`` of every node, on the raw training step
+    (``x="step"``, where every node has steps) or on elapsed time since the earliest
+    node's first sample, so that a node that is slower, or waits longer for data, stands
+    out; ``found`` (the findings across nodes) are marked.
+    """
+    import numpy as np
+
+    nodes = run.by_node()
+    together = Run()
+    for _, part in nodes:
+        together.extend(part)
+    begins = tuple(np.cumsum([0, *(len(part) for _, part in nodes[:-1])]).tolist())
+    steps = np.array([np.nan if s is None else s for s in together.step], dtype=float)
+    epoch = np.array([np.nan if t is None else t for t in together.time], dtype=float)
+    by_step = x == "step" and all(any(s is not None for s in part.step) for _, part in nodes)
+    if by_step:
+        ax = Axis(steps, "step", 0, begins, steps=steps, epoch=epoch)
+    else:
+        seconds = epoch - np.nanmin(epoch) if (~np.isnan(epoch)).any() else epoch
+        span = float(np.nanmax(seconds)) if (~np.isnan(seconds)).any() else 0.0
+        scale, unit = (3600.0, "h") if span > 7200 else (60.0, "min") if span > 120 else (1.0, "s")
+        ax = Axis(seconds / scale, f"elapsed time ({unit})", 0, begins, steps=steps, epoch=epoch)
+    members = []
+    owner = np.repeat(np.arange(len(nodes)), [len(part) for _, part in nodes])
+    for s in series(together):
+        if s.label not in ("step.seconds", "step.dataWaitPercent"):
+            continue
+        for n, (node, _) in enumerate(nodes):
+            mine = np.where(owner == n, s.values, np.nan)
+            if (~np.isnan(mine)).any():
+                members.append(Series(TRAINING, f"{node_label(node)} {s.label}", s.unit, mine))
+    if not members:
+        return None
+    titled = f"{name}, {ALL_NODES}" if name else ALL_NODES
+    return figure_png(TRAINING, members, ax, titled, finding_marks(found, ax))
 
 
 def node_label(node: Optional[int]) -> str:
@@ -190,17 +380,31 @@ def node_label(node: Optional[int]) -> str:
     return "no node" if node is None else f"node {node}"
 
 
-def node_figures(run: Run, name: str = "") -> dict[str, bytes]:
+def node_figures(
+    run: Run,
+    name: str = "",
+    x: str = "step",
+    found: Optional[Mapping[Optional[int], Sequence[Any]]] = None,
+    across: Sequence[Any] = (),
+) -> dict[str, bytes]:
     """:func:`figures` of each node of ``run``, named by node (``"node {k}: {group}"``).
 
     Each figure's title names its node; a run of one node gets :func:`figures`' own.
+    ``found`` holds each node's findings. Several nodes with step keys first get
+    :func:`nodes_speed_png`, named ``"all nodes: Training"``, with the findings
+    ``across`` nodes marked.
     """
     nodes = run.by_node()
+    found = found or {}
     if len(nodes) == 1:
-        return figures(run, None, name)
+        return figures(run, None, name, x, found.get(nodes[0][0]))
     pngs = {}
+    speed = nodes_speed_png(run, name, x, across)
+    if speed is not None:
+        pngs[f"{ALL_NODES}: {TRAINING}"] = speed
     for node, part in nodes:
         label = node_label(node)
         titled = f"{name}, {label}" if name else label
-        pngs.update({f"{label}: {g}": png for g, png in figures(part, None, titled).items()})
+        drawn = figures(part, None, titled, x, found.get(node))
+        pngs.update({f"{label}: {g}": png for g, png in drawn.items()})
     return pngs

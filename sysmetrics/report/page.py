@@ -10,6 +10,7 @@ import base64
 import contextlib
 import datetime
 import html
+import json
 import os
 import re
 import shlex
@@ -17,18 +18,24 @@ from collections.abc import Sequence
 from typing import Optional
 
 from sysmetrics.findings import Finding, findings
-from sysmetrics.report.data import Series, _clock, _number, axis, series, starts, summary
-from sysmetrics.report.drawing import _cut, figures, node_figures, node_label
-from sysmetrics.runfile import PathLike, Recording, Run, Span, read_run
+from sysmetrics.report.data import (
+    MAX_STALLS_SAID,
+    Series,
+    Stall,
+    _duration,
+    _number,
+    axis,
+    longest,
+    series,
+    starts,
+    summary,
+    timing,
+)
+from sysmetrics.report.document import document
+from sysmetrics.report.drawing import ALL_NODES, _cut, figures, node_figures, node_label
+from sysmetrics.runfile import PathLike, Recording, Run, Span, read_runs
 
 MAX_KEY_CHARS = 300  # characters of a key in the summary table at most
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    h, rest = divmod(round(seconds), 3600)
-    m, s = divmod(rest, 60)
-    return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s" if m else f"{seconds:.1f} s"
 
 
 def _where(span: Optional[Span], start: Optional[float]) -> str:
@@ -113,32 +120,74 @@ def _recording_text(rec: Recording) -> str:
     return (", ".join(said) + ": " if said else "") + ending(rec)
 
 
+NO_FINDINGS = "No rule matched: none of the findings' rules found its evidence in this run."
+CROSS_NODE_RULES = ("straggler-node",)  # rules that compare nodes: found over the whole run
+
+
+def stall_sentence(stall: Stall) -> str:
+    """A stall (:class:`~sysmetrics.report.data.Stall`) in words, as the page says it."""
+    when = f"{_duration(stall.start)} after the start"
+    if stall.ended:
+        return (
+            f"no new step after step {stall.step} for the last {_duration(stall.seconds)} "
+            f"({when}): the run ended stalled"
+        )
+    if stall.next_step is not None and stall.next_step > stall.step + 1:
+        return f"steps {stall.step} to {stall.next_step} took {_duration(stall.seconds)} ({when})"
+    return f"no new step after step {stall.step} for {_duration(stall.seconds)} ({when})"
+
+
+def run_findings(run: Run) -> tuple[list[Finding], dict[Optional[int], list[Finding]]]:
+    """The findings across nodes, and each node's own.
+
+    Across nodes: the ``CROSS_NODE_RULES`` over the whole run (none on one node); each
+    node's: every rule over that node's samples.
+    """
+    nodes = run.by_node()
+    if len(nodes) == 1:
+        return [], {nodes[0][0]: findings(run)}
+    across = [f for f in findings(run) if f.rule in CROSS_NODE_RULES]
+    return across, {node: findings(part) for node, part in nodes}
+
+
+def _findings_html(found: Sequence[Finding], start: Optional[float]) -> str:
+    if not found:
+        return f"<p>{html.escape(NO_FINDINGS)}</p>"
+    return "<ul>" + "".join(_finding_html(f, start) for f in found) + "</ul>"
+
+
 def _section(
-    run: Run, pngs: dict[str, bytes], all_series: Optional[Sequence[Series]], h: int
+    run: Run,
+    pngs: dict[str, bytes],
+    all_series: Optional[Sequence[Series]],
+    h: int,
+    x: str = "step",
+    found: Optional[Sequence[Finding]] = None,
 ) -> list[str]:
     """One run's part of the page: facts, recordings, findings, summary table, figures.
 
-    ``h`` is the level of its headings (2 for the page's only run, 3 under a node).
+    ``h`` is the level of its headings (2 for the page's only run, 3 under a node); ``x``
+    the figures' axis; ``found`` the run's findings (computed where None).
     """
-    import numpy as np
-
-    seconds = _clock(run)
     first = starts(run)
-    bounds = [*first, len(seconds)]
-    duration = sum(float(seconds[b - 1] - seconds[a]) for a, b in zip(bounds, bounds[1:]) if b > a)
-    dt = np.diff(seconds)
-    inside = np.delete(dt, [i - 1 for i in first[1:]])
-    inside = inside[inside > 0]
+    duration, interval = timing(run)
     steps = [s for s in run.step if s is not None]
     start = next((t for t in run.time if t is not None), None)
     facts = f"{len(run)} sample{'s' if len(run) != 1 else ''}"
     if len(first) > 1:
         facts += f" in {len(first)} recordings (the file was appended to)"
     facts += f" over {_duration(duration)}"
-    if inside.size:
-        facts += f", one every {float(np.median(inside)):.3g} s"
+    if interval is not None:
+        facts += f", one every {interval:.3g} s"
     if steps:
         facts += f"; steps {min(steps)} to {max(steps)}"
+    ax = axis(run, x)
+    if ax.stalls:
+        facts += "; " + "; ".join(stall_sentence(stall) for stall in longest(ax.stalls))
+        more = len(ax.stalls) - MAX_STALLS_SAID
+        if more > 0:
+            rest = sum(s.seconds for s in ax.stalls) - sum(s.seconds for s in longest(ax.stalls))
+            facts += f"; {more} shorter stalls, {_duration(rest)} in all"
     parts = [f"<p>{html.escape(facts)}.</p>"]
     recordings = run.recordings
     if len(recordings) == 1:
@@ -153,11 +202,7 @@ def _section(
             items.append(f"<li>{more} more recordings</li>")
         parts.append('<ol class="recordings">' + "".join(items) + "</ol>")
     parts.append(f"<h{h}>Findings</h{h}>")
-    found = findings(run)
-    if found:
-        parts.append("<ul>" + "".join(_finding_html(f, start) for f in found) + "</ul>")
-    else:
-        parts.append("<p>Nothing held the run back by the rules' thresholds.</p>")
+    parts.append(_findings_html(findings(run) if found is None else found, start))
     parts.append(f"<h{h}>Summary</h{h}><table><tr><th>group</th><th>key</th><th>unit</th>")
     parts.append("<th>mean</th><th>p95</th><th>peak</th><th>total</th></tr>")
     for row in summary(series(run) if all_series is None else all_series):
@@ -167,14 +212,26 @@ def _section(
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (*cells, row.total)) + "</tr>"
         )
     parts.append(f"</table><h{h}>Figures</h{h}>")
-    left_out = axis(run).left_out
-    if left_out:
-        parts.append(f"<p><small>The {left_out} samples before the first step are not drawn.")
-        parts.append("</small></p>")
+    said = []
+    if ax.left_out:
+        said.append(f"The {ax.left_out} samples before the first step are not drawn.")
+    if ax.after:
+        said.append(
+            f"The {ax.after} samples after the last step (the run winding down) are not drawn "
+            "on the step axis."
+        )
+    if ax.stalls:
+        said.append("Hatched: no new step (a stall), drawn by time.")
+    if said:
+        parts.append(f"<p><small>{html.escape(' '.join(said))}</small></p>")
     for group, png in pngs.items():
-        data = base64.b64encode(png).decode()
-        parts.append(f'<p><img alt="{html.escape(group)}" src="data:image/png;base64,{data}"></p>')
+        parts.append(_img(group, png))
     return parts
+
+
+def _img(group: str, png: bytes) -> str:
+    data = base64.b64encode(png).decode()
+    return f'<p><img alt="{html.escape(group)}" src="data:image/png;base64,{data}"></p>'
 
 
 def _capital(text: str) -> str:
@@ -182,14 +239,22 @@ def _capital(text: str) -> str:
 
 
 def render(
-    run: Run, title: str, pngs: dict[str, bytes], all_series: Optional[Sequence[Series]] = None
+    run: Run,
+    title: str,
+    pngs: dict[str, bytes],
+    all_series: Optional[Sequence[Series]] = None,
+    x: str = "step",
+    found: Optional[tuple[list[Finding], dict[Optional[int], list[Finding]]]] = None,
 ) -> str:
     """The whole HTML page for ``run``: recordings, findings, summary table, figures (``pngs``).
 
-    ``all_series`` is ``series(run)``, where the caller has it already. A run of several
-    nodes (a file they all appended to) gets one section per node, nothing mixed; its
-    ``pngs`` are named ``"node {k}: {group}"`` (see :func:`node_figures`).
+    ``all_series`` is ``series(run)``, ``found`` :func:`run_findings` of ``run``, where the
+    caller has them already; ``x`` the figures' axis. A run of several nodes (a file they
+    all appended to, or one file per node) gets the findings across nodes, then one section
+    per node, nothing mixed; its ``pngs`` are named ``"node {k}: {group}"`` (see
+    :func:`node_figures`).
     """
+    across, own = run_findings(run) if found is None else found
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -198,16 +263,25 @@ def render(
     ]
     nodes = run.by_node()
     if len(nodes) == 1:
-        parts += _section(run, pngs, all_series, 2)
+        parts += _section(run, pngs, all_series, 2, x, own.get(nodes[0][0]))
     else:
-        names = ", ".join(node_label(k) for k, _ in nodes)
+        names = ", ".join(
+            node_label(k) + (f" ({os.path.basename(run.files[k])})" if k in run.files else "")
+            for k, _ in nodes
+        )
         said = f"Samples of {len(nodes)} nodes ({names}), each shown on its own."
         parts.append(f"<p>{html.escape(said)}</p>")
+        start = next((t for t in run.time if t is not None), None)
+        parts.append("<h2>Findings across nodes</h2>")
+        parts.append(_findings_html(across, start))
+        for group, png in pngs.items():  # the nodes' speed side by side
+            if group.startswith(ALL_NODES + ": "):
+                parts.append(_img(group, png))
         for node, part in nodes:
             prefix = node_label(node) + ": "
             mine = {g[len(prefix) :]: p for g, p in pngs.items() if g.startswith(prefix)}
             parts.append(f"<h2>{html.escape(_capital(node_label(node)))}</h2>")
-            parts += _section(part, mine, None, 3)
+            parts += _section(part, mine, None, 3, x, own.get(node))
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -216,30 +290,50 @@ def _slug(group: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", group.lower()).strip("-") or "group"
 
 
-def write_report(
-    path: PathLike, output: Optional[PathLike] = None, png_dir: Optional[PathLike] = None
-) -> list[str]:
-    """Read the run file at ``path``; write the page to ``output`` and the figures to ``png_dir``.
+Found = tuple[list[Finding], dict[Optional[int], list[Finding]]]  # run_findings()
 
-    Returns the paths written. Raises ``OSError`` where the run file cannot be read or an
-    output cannot be written, ``ValueError`` where the run file has no samples or no
-    metric values, or ``output`` is the run file itself, and ``ImportError`` where
-    matplotlib is missing.
-    """
+
+def _read(
+    path: PathLike | Sequence[PathLike], output: Optional[PathLike]
+) -> tuple[list[str], Run, list[Series], Found]:
+    """The run files' paths, run, series and findings; see :func:`write_report` for errors."""
+    given = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    paths = [str(os.fspath(p)) for p in given]
+    named = ", ".join(paths)
     if output is not None:  # fail before the drawing, not after
         folder = os.path.dirname(os.fspath(output)) or "."
         if not os.path.isdir(folder):
             raise FileNotFoundError(2, "No such directory", folder)
-        if os.path.realpath(output) == os.path.realpath(path):
-            raise ValueError(f"{os.fspath(output)} is the run file: give another -o")
-    run = read_run(path)
+        for p in paths:
+            if os.path.realpath(output) == os.path.realpath(p):
+                raise ValueError(f"{os.fspath(output)} is the run file: give another -o")
+    run = read_runs(paths)
     if len(run) == 0:
-        raise ValueError(f"{os.fspath(path)} has no samples (no line is a run-file record)")
+        raise ValueError(f"{named} has no samples (no line is a run-file record)")
     all_series = series(run)
     if not summary(all_series):
-        raise ValueError(f"{os.fspath(path)} has no metric values (no finite number)")
-    name = os.path.basename(os.fspath(path))
-    pngs = figures(run, all_series, name) if len(run.nodes) <= 1 else node_figures(run, name)
+        raise ValueError(f"{named} has no metric values (no finite number)")
+    return paths, run, all_series, run_findings(run)
+
+
+def _write(
+    paths: Sequence[str],
+    run: Run,
+    all_series: list[Series],
+    found: Found,
+    output: Optional[PathLike],
+    png_dir: Optional[PathLike],
+    x: str,
+) -> list[str]:
+    if output is None and png_dir is None:
+        return []
+    name = ", ".join(os.path.basename(p) for p in paths)
+    if len(run.nodes) <= 1:
+        pngs = figures(run, all_series, name, x, found[1].get(run.nodes[0] if run.nodes else None))
+    else:
+        across, own = found  # the findings across nodes are marked on every node's figure
+        marked = {k: [*across, *v] for k, v in own.items()}
+        pngs = node_figures(run, name, x, marked, across)
     written = []
     if png_dir is not None:
         os.makedirs(png_dir, exist_ok=True)
@@ -251,6 +345,44 @@ def write_report(
     if output is not None:
         title = f"sysmetrics report: {name}"
         with open(output, "w", encoding="utf-8") as f:
-            f.write(render(run, title, pngs, all_series))
+            f.write(render(run, title, pngs, all_series, x, found))
         written.append(os.fspath(output))
     return written
+
+
+def write_report(
+    path: PathLike | Sequence[PathLike],
+    output: Optional[PathLike] = None,
+    png_dir: Optional[PathLike] = None,
+    x: str = "step",
+) -> list[str]:
+    """Read the run file(s) at ``path``; write the page to ``output``, figures to ``png_dir``.
+
+    ``path`` is one run file, or several: one per node of one run (see
+    :func:`~sysmetrics.runfile.read_runs`). ``x`` is the figures' axis (``"step"``: the
+    step axis where a node has steps; ``"time"``). Returns the paths written. Raises
+    ``OSError`` where a run file cannot be read or an output cannot be written,
+    ``ValueError`` where the run files have no samples or no metric values, are not the
+    nodes of one run, or ``output`` is one of them, and ``ImportError`` where matplotlib
+    is missing.
+    """
+    axis(Run(), x)  # a bad x fails first
+    return _write(*_read(path, output), output, png_dir, x)
+
+
+def json_report(
+    path: PathLike | Sequence[PathLike],
+    output: Optional[PathLike] = None,
+    png_dir: Optional[PathLike] = None,
+    x: str = "step",
+) -> tuple[str, list[str]]:
+    """The JSON document (:mod:`sysmetrics.report.document`) of the run file(s) at ``path``.
+
+    Also returns the paths written: the page and figures, only where ``output`` or
+    ``png_dir`` is given. Raises as :func:`write_report` does (``ImportError`` only where
+    it draws).
+    """
+    axis(Run(), x)
+    paths, run, all_series, found = _read(path, output)
+    text = json.dumps(document(run, paths, found, x), indent=1, allow_nan=False)
+    return text, _write(paths, run, all_series, found, output, png_dir, x)
