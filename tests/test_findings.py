@@ -134,13 +134,13 @@ def test_read_run_never_raises_on_json_values(tmp_path: Path, values: list[Any])
 
 def test_input_bound(tmp_path: Path) -> None:
     found = run(tmp_path, [used(20, cpu=95) for _ in range(10)])
-    assert rules(found) == ["input-bound"]
+    assert rules(found) == ["input-bound", "cpu-bound"]  # no step keys: the machine rule
     assert found[0].evidence["gpu_mean_percent"] == 20
     assert found[0].span == fd.Span("step", 0, 9)
 
 
 def test_not_input_bound_when_gpu_busy_or_cpu_idle(tmp_path: Path) -> None:
-    assert rules(run(tmp_path, [used(90, cpu=95) for _ in range(10)])) == []
+    assert rules(run(tmp_path, [used(90, cpu=95) for _ in range(10)])) == ["cpu-bound"]
     samples = [used(20, cpu=95 if n < 2 else 10) for n in range(10)]  # 20 % < 30 %
     assert rules(run(tmp_path, samples)) == []
 
@@ -317,3 +317,267 @@ def test_orjson_and_the_stdlib_read_the_same(
         m.setattr(runfile._optional, "fast_json_loads", lambda: None)
         slow = read_run(path)
     assert same(fast, slow)
+
+
+# -- issue 26: findings for every run ---------------------------------------------------
+# Crafted run files are written with the run file's own writer (sysmetrics.runfile).
+
+
+def write(
+    path: Path,
+    samples: list[dict[str, float]],
+    *,
+    dt: float = 1.0,
+    steps: list[int | None] | None = None,
+    cpus: float | None = None,
+    node: int | None = None,
+    end: bool = True,
+    t0: float = 1000.0,
+) -> Path:
+    """A recording of ``samples`` ``dt`` s apart, with a ``run`` line (``cpus``) and ``end``."""
+    out = [runfile.run_line(command=None, host="h", node=node or 0, pid=1, start=t0,
+                            interval=dt, cpus=cpus, version="test")]  # fmt: skip
+    for n, metrics in enumerate(samples):
+        step = n if steps is None else steps[n]
+        out.append(runfile.sample_line(t0 + n * dt, 10.0 + n * dt, step, metrics, node))
+    if end:
+        out.append(
+            runfile.end_line(seconds=len(samples) * dt, node=node or 0, samples=len(samples))
+        )
+    with open(path, "ab") as file:
+        file.write(b"".join(out))
+    return path
+
+
+def found_in(tmp_path: Path, samples: list[dict[str, float]], **kwargs: Any) -> list[Finding]:
+    return findings(read_run(write(tmp_path / "crafted.jsonl", samples, **kwargs)))
+
+
+def only(found: list[Finding], rule: str) -> Finding:
+    matched = [f for f in found if f.rule == rule]
+    assert len(matched) == 1, rules(found)
+    return matched[0]
+
+
+# input-bound, from step.dataWaitPercent
+
+
+def waiting(wait: float, **extra: float) -> dict[str, float]:
+    return {"step.seconds": 0.5, "step.dataWaitPercent": wait, **extra}
+
+
+def test_input_bound_from_data_wait_names_a_saturated_cpu(tmp_path: Path) -> None:
+    samples = [waiting(5, cpu=30)] * 4 + [waiting(45, cpu=97)] * 12 + [waiting(5, cpu=30)] * 4
+    finding = only(found_in(tmp_path, samples, cpus=2), "input-bound")
+    assert finding.sentence == (
+        "Steps 4\N{EN DASH}15 spent 45 % of their time waiting for data while the job's "
+        "2 CPUs were saturated (97 %); more DataLoader workers will not help."
+    )
+    assert finding.span == fd.Span("step", 4, 15)
+    assert finding.evidence["wait_percent"] == pytest.approx(45)
+    # The first sample's steps weigh one step (0.5 s; no interval before it), the others 1 s.
+    assert finding.evidence["share"] == pytest.approx(12 / 19.5)
+
+
+def test_input_bound_names_io_or_disk_when_the_cpu_is_not_saturated(tmp_path: Path) -> None:
+    idle = only(found_in(tmp_path / "", [waiting(60, cpu=10)] * 10), "input-bound")
+    assert "too few workers" in idle.sentence and "saturated" not in idle.sentence
+    (tmp_path / "crafted.jsonl").unlink()
+    disk = [waiting(60, cpu=60, **{"disk.in": 300.0 * n}) for n in range(10)]
+    reading = only(found_in(tmp_path, disk), "input-bound")
+    assert "disk at 300 MiB/s" in reading.sentence
+
+
+def test_not_input_bound_with_little_data_wait_or_a_short_burst(tmp_path: Path) -> None:
+    assert "input-bound" not in rules(found_in(tmp_path, [waiting(20, cpu=97)] * 20))
+    (tmp_path / "crafted.jsonl").unlink()
+    burst = [waiting(5)] * 8 + [waiting(90)] * 2 + [waiting(5)] * 10  # 10 % of the steps
+    assert "input-bound" not in rules(found_in(tmp_path, burst))
+
+
+def test_step_keys_replace_the_machine_rule(tmp_path: Path) -> None:
+    """GPUs idle and CPU saturated, but the steps hardly wait: not input-bound."""
+    samples = [used(20, cpu=95, **{"step.seconds": 1.0, "step.dataWaitPercent": 2.0})] * 10
+    assert "input-bound" not in rules(found_in(tmp_path, samples))
+
+
+# cpu-bound, single-core, contention
+
+
+def test_cpu_bound(tmp_path: Path) -> None:
+    samples = [{"cpu": 96.0}] * 8 + [{"cpu": 40.0}] * 2
+    finding = only(found_in(tmp_path, samples, cpus=4), "cpu-bound")
+    assert finding.evidence["share"] == 0.8 and "its 4 CPUs 96 % busy" in finding.sentence
+
+
+def test_not_cpu_bound_below_the_share_or_the_level(tmp_path: Path) -> None:
+    assert rules(found_in(tmp_path, [{"cpu": 96.0}] * 4 + [{"cpu": 40.0}] * 6)) == []
+    (tmp_path / "crafted.jsonl").unlink()
+    assert rules(found_in(tmp_path, [{"cpu": 85.0}] * 10)) == []
+
+
+def test_single_core_from_the_run_lines_cpus(tmp_path: Path) -> None:
+    finding = only(found_in(tmp_path, [{"cpu": 25.0}] * 10, cpus=4), "single-core")
+    assert finding.evidence["cpus"] == 4 and "1.00 CPUs" in finding.sentence
+    assert "available to the job" in finding.sentence
+
+
+def test_single_core_from_the_per_core_keys(tmp_path: Path) -> None:
+    cores = {f"cpu.{i}.cpu_percent": 30.0 for i in range(8)}
+    finding = only(found_in(tmp_path, [{"cpu": 12.5, **cores}] * 10), "single-core")
+    assert finding.evidence["cpus"] == 8 and "on the host" in finding.sentence
+
+
+def test_not_single_core_with_one_cpu_or_more_than_one_used(tmp_path: Path) -> None:
+    assert "single-core" not in rules(found_in(tmp_path, [{"cpu": 97.0}] * 10, cpus=1))
+    (tmp_path / "crafted.jsonl").unlink()
+    assert "single-core" not in rules(found_in(tmp_path, [{"cpu": 50.0}] * 10, cpus=4))
+    (tmp_path / "crafted.jsonl").unlink()
+    assert "single-core" not in rules(found_in(tmp_path, [{"cpu": 25.0}] * 10))  # no count
+
+
+def host(busy: float, job: float) -> dict[str, float]:
+    return {"cpu": job, **{f"cpu.{i}.cpu_percent": busy for i in range(4)}}
+
+
+def test_contention_on_cpu(tmp_path: Path) -> None:
+    finding = only(found_in(tmp_path, [host(100, 40)] * 10, cpus=4), "contention")
+    assert finding.evidence["host_cpu_percent_mean"] == 100
+    assert finding.evidence["job_cpu_percent_mean"] == 40
+    assert "other processes" in finding.sentence
+
+
+def test_contention_on_memory(tmp_path: Path) -> None:
+    samples = [{"memory": 95.0, "proc.memory.percent": 10.0}] * 5
+    finding = only(found_in(tmp_path, samples), "contention")
+    assert finding.evidence == {"host_memory_percent_peak": 95, "job_memory_percent_mean": 10}
+
+
+def test_no_contention_when_the_job_has_the_machine(tmp_path: Path) -> None:
+    assert "contention" not in rules(found_in(tmp_path, [host(100, 97)] * 10, cpus=4))
+    (tmp_path / "crafted.jsonl").unlink()
+    assert "contention" not in rules(found_in(tmp_path, [host(50, 40)] * 10, cpus=4))
+    (tmp_path / "crafted.jsonl").unlink()
+    memory = [{"memory": 95.0, "proc.memory.percent": 80.0}] * 5  # the job holds it
+    assert "contention" not in rules(found_in(tmp_path, memory))
+
+
+# stall
+
+
+def stalled(before: int, stuck: int, after: int, **machine: float) -> dict[str, Any]:
+    """Steps advancing every sample, then ``stuck`` samples at one step, then advancing."""
+    steps = [*range(before), *[before] * stuck, *range(before + 1, before + 1 + after)]
+    return {"samples": [dict(machine)] * len(steps), "steps": steps}
+
+
+def test_stall_while_idle_is_a_hang(tmp_path: Path) -> None:
+    crafted = stalled(5, 16, 5, cpu=1.0)
+    finding = only(found_in(tmp_path, crafted["samples"], steps=crafted["steps"]), "stall")
+    assert finding.evidence["seconds"] == 15 and finding.evidence["ended_stalled"] == 0
+    assert finding.span == fd.Span("step", 5, 5)
+    assert "hang or a deadlock" in finding.sentence
+    assert finding.sentence.startswith("The step stayed at 5 for 15 s (60% of the run")
+
+
+def test_stall_while_busy_and_at_the_end(tmp_path: Path) -> None:
+    """A 15 s stall in a 20 s run that ends stalled, the job busy meanwhile."""
+    crafted = stalled(5, 16, 0, cpu=95.0)
+    finding = only(found_in(tmp_path, crafted["samples"], steps=crafted["steps"]), "stall")
+    assert finding.evidence["ended_stalled"] == 1 and finding.evidence["share"] == 0.75
+    assert "ended stalled" in finding.sentence and "evaluation" in finding.sentence
+
+
+def test_a_short_stall_in_a_short_run_is_one(tmp_path: Path) -> None:
+    crafted = stalled(20, 41, 10)  # 4 s at 0.1 s per sample, in a 7 s run
+    found = found_in(tmp_path, crafted["samples"], steps=crafted["steps"], dt=0.1)
+    assert only(found, "stall").evidence["seconds"] == pytest.approx(4.0)
+
+
+def test_no_stall_for_steady_slow_steps_or_a_short_pause(tmp_path: Path) -> None:
+    slow = [s for s in range(10) for _ in range(20)]  # one step every 20 s, steadily
+    assert "stall" not in rules(found_in(tmp_path, [{}] * len(slow), steps=slow))
+    (tmp_path / "crafted.jsonl").unlink()
+    crafted = stalled(50, 6, 50)  # 5 s in a 105 s run
+    assert "stall" not in rules(found_in(tmp_path, crafted["samples"], steps=crafted["steps"]))
+
+
+# slow-steps
+
+
+def test_slow_steps_with_a_disk_burst(tmp_path: Path) -> None:
+    seconds = [0.1] * 20
+    seconds[7] = seconds[13] = 0.5
+    read = 0.0
+    samples = []
+    for s in seconds:
+        read += 400.0 if s > 0.1 else 1.0  # MiB since the previous sample, 1 s apart
+        samples.append({"step.seconds": s, "disk.in": read})
+    finding = only(found_in(tmp_path, samples), "slow-steps")
+    assert finding.evidence["slow_samples"] == 2 and finding.evidence["median_seconds"] == 0.1
+    assert finding.evidence["disk_read_mib_s"] == 400
+    assert finding.span == fd.Span("step", 7, 13)
+    assert "disk reads at 400 MiB/s" in finding.sentence
+
+
+def test_slow_steps_from_the_samples_steps_name_another_key(tmp_path: Path) -> None:
+    """Under record without step keys: the steps' pace from the samples' steps."""
+    steps, samples = [], []
+    for s in range(20):
+        samples += [{"proc.cpu.threads": 10.0}] * (4 if s == 9 else 1)
+        steps += [s] * (4 if s == 9 else 1)
+    samples[11] = {"proc.cpu.threads": 60.0}  # while step 9 (samples 9 to 12) ran
+    finding = only(found_in(tmp_path, samples, steps=steps), "slow-steps")
+    assert finding.evidence["slowest_seconds"] == 4
+    assert "proc.cpu.threads peaked at 60 count (elsewhere 10)" in finding.sentence
+
+
+def test_no_slow_steps_within_the_factor(tmp_path: Path) -> None:
+    samples = [{"step.seconds": 0.1 if n % 2 else 0.25} for n in range(20)]
+    assert rules(found_in(tmp_path, samples)) == []
+
+
+# straggler-node, two nodes with step keys
+
+
+def gathered(key: str, values: list[float], **extra: float) -> list[dict[str, float]]:
+    return [{**{f"node{k}/{key}": v for k, v in enumerate(values)}, **extra}] * 10
+
+
+def test_straggler_by_data_wait_with_two_nodes(tmp_path: Path) -> None:
+    samples = [
+        {**s, "node1/cpu": 99.0}
+        for s in gathered("step.dataWaitPercent", [3.0, 48.0], **{"step.seconds": 1.0})
+    ]
+    finding = only(found_in(tmp_path, samples), "straggler-node")
+    assert finding.evidence["node"] == 1 and finding.evidence["wait_percent"] == 48
+    assert "its CPU was above 80 %" in finding.sentence
+
+
+def test_straggler_by_step_time_with_two_nodes(tmp_path: Path) -> None:
+    finding = only(found_in(tmp_path, gathered("step.seconds", [1.0, 1.6])), "straggler-node")
+    assert finding.evidence["node"] == 1 and finding.evidence["ratio"] == pytest.approx(1.6)
+
+
+def test_no_straggler_when_two_nodes_agree(tmp_path: Path) -> None:
+    assert rules(found_in(tmp_path, gathered("step.seconds", [1.0, 1.3]))) == []
+    (tmp_path / "crafted.jsonl").unlink()
+    waits = gathered("step.dataWaitPercent", [10.0, 20.0])
+    assert rules(found_in(tmp_path, waits)) == []
+
+
+def test_straggler_from_two_nodes_samples_in_one_run(tmp_path: Path) -> None:
+    """Two nodes' recordings in one file (their samples carry ``node``): each its own steps."""
+    path = tmp_path / "two.jsonl"
+    write(path, [{"cpu": 50.0}] * 20, node=0, steps=list(range(20)))
+    slow = [{"cpu": 50.0, "gpu.0.throttle.thermal": 1.0, "gpu.0.gpu": 90.0}] * 20
+    write(path, slow, node=1, steps=[s // 2 for s in range(20)])  # a step every 2 s
+    found = findings(read_run(path))
+    finding = only(found, "straggler-node")
+    assert finding.evidence["node"] == 1 and finding.evidence["ratio"] == 2
+    assert "thermal slowdown" in finding.sentence
+    assert "Node 1: GPU 0 was slowed down" in " ".join(f.sentence for f in found)
+
+
+def test_no_rule_matched_is_said_honestly() -> None:
+    assert fd.NO_MATCH.startswith("No rule matched")

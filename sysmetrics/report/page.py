@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Optional
 
-from sysmetrics.findings import Finding, findings
+from sysmetrics.findings import NO_MATCH, Finding, findings
 from sysmetrics.report.data import Series, _clock, _number, axis, series, starts, summary
 from sysmetrics.report.drawing import _cut, figures, node_figures, node_label
 from sysmetrics.runfile import PathLike, Recording, Run, Span, read_run
@@ -157,7 +157,7 @@ def _section(
     if found:
         parts.append("<ul>" + "".join(_finding_html(f, start) for f in found) + "</ul>")
     else:
-        parts.append("<p>Nothing held the run back by the rules' thresholds.</p>")
+        parts.append(f"<p>{html.escape(NO_MATCH)}</p>")
     parts.append(f"<h{h}>Summary</h{h}><table><tr><th>group</th><th>key</th><th>unit</th>")
     parts.append("<th>mean</th><th>p95</th><th>peak</th><th>total</th></tr>")
     for row in summary(series(run) if all_series is None else all_series):
