@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,8 @@ from hypothesis import strategies as st
 
 from sysmetrics import findings as fd
 from sysmetrics import runfile
-from sysmetrics.findings import Finding, findings, read_run
+from sysmetrics.findings import Finding, Run, findings, read_run
+from tests.test_host_metrics import available_cpus
 
 
 def write_run(path: Path, samples: list[dict[str, Any]]) -> Path:
@@ -458,6 +461,9 @@ def test_no_contention_when_the_job_has_the_machine(tmp_path: Path) -> None:
     (tmp_path / "crafted.jsonl").unlink()
     assert "contention" not in rules(found_in(tmp_path, [host(50, 40)] * 10, cpus=4))
     (tmp_path / "crafted.jsonl").unlink()
+    sleeping = [host(100, 3)] * 10  # 0.12 of 4 CPUs: the job did not ask for more
+    assert "contention" not in rules(found_in(tmp_path, sleeping, cpus=4))
+    (tmp_path / "crafted.jsonl").unlink()
     memory = [{"memory": 95.0, "proc.memory.percent": 80.0}] * 5  # the job holds it
     assert "contention" not in rules(found_in(tmp_path, memory))
 
@@ -532,9 +538,12 @@ def test_slow_steps_from_the_samples_steps_name_another_key(tmp_path: Path) -> N
     assert "proc.cpu.threads peaked at 60 count (elsewhere 10)" in finding.sentence
 
 
-def test_no_slow_steps_within_the_factor(tmp_path: Path) -> None:
+def test_no_slow_steps_within_the_factor_or_for_one_blip(tmp_path: Path) -> None:
     samples = [{"step.seconds": 0.1 if n % 2 else 0.25} for n in range(20)]
     assert rules(found_in(tmp_path, samples)) == []
+    (tmp_path / "crafted.jsonl").unlink()
+    blip = [{"step.seconds": 0.5 if n == 20 else 0.1} for n in range(40)]  # 1 in 40 < 5 %
+    assert rules(found_in(tmp_path, blip)) == []
 
 
 # straggler-node, two nodes with step keys
@@ -581,3 +590,106 @@ def test_straggler_from_two_nodes_samples_in_one_run(tmp_path: Path) -> None:
 
 def test_no_rule_matched_is_said_honestly() -> None:
     assert fd.NO_MATCH.startswith("No rule matched")
+
+
+# -- real recorded runs: sysmetrics record over real workloads ---------------------------
+
+
+def record(path: Path, code: str, *args: str) -> Run:
+    """``sysmetrics record --interval 0.1 -- python -c CODE ARGS``, read back."""
+    cmd = [sys.executable, "-m", "sysmetrics", "record", "--output", str(path)]
+    cmd += ["--interval", "0.1", "--", sys.executable, "-c", code, *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return read_run(path)
+
+
+SPIN_EVERY_CPU = """
+import multiprocessing, os, time
+def spin():
+    t = time.monotonic()
+    while time.monotonic() - t < 3.0:
+        pass
+if __name__ == "__main__":
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers = [multiprocessing.Process(target=spin) for _ in range(n)]
+    for w in workers: w.start()
+    for w in workers: w.join()
+"""
+
+
+def test_a_recorded_run_spinning_every_cpu_is_cpu_bound(tmp_path: Path) -> None:
+    """Every available CPU spun for 3 s: ``cpu-bound``; on a machine shared with other
+    jobs (this one runs several test sessions at once) the job may get less than it asks
+    for, and then the host's saturation is the finding (``contention``) instead."""
+    recorded = record(tmp_path / "spin.jsonl", SPIN_EVERY_CPU)
+    assert recorded.recordings[0].run["cpus"] == available_cpus()  # the run line says
+    found = rules(findings(recorded))
+    assert "cpu-bound" in found or "contention" in found, found
+    assert "single-core" not in found and "stall" not in found
+
+
+STALLS = """
+import time, sysmetrics
+t, i = time.monotonic(), 0
+while time.monotonic() - t < 2.5:  # a step every 20 ms
+    i += 1
+    sysmetrics.step(i)
+    time.sleep(0.02)
+time.sleep(15)  # the step stops advancing: idle, as a deadlock is
+for _ in range(50):
+    i += 1
+    sysmetrics.step(i)
+    time.sleep(0.02)
+"""
+
+
+def test_a_recorded_run_that_stops_stepping_for_15_s_is_a_stall(tmp_path: Path) -> None:
+    """A ~19 s run whose step stays put for 15 s while the process sleeps (idle)."""
+    finding = only(findings(record(tmp_path / "stall.jsonl", STALLS)), "stall")
+    assert 14.5 <= finding.evidence["seconds"] <= 15.5, finding
+    assert finding.evidence["share"] > 0.7 and finding.evidence["ended_stalled"] == 0
+    assert finding.evidence["cpu_percent_mean"] < fd.STALL_IDLE_PERCENT
+    assert "a hang or a deadlock" in finding.sentence
+    assert finding.span is not None and finding.span.axis == "step"
+
+
+PACED = """
+import sys, time, sysmetrics
+pause = float(sys.argv[1])
+for i in range(1, 2000):
+    sysmetrics.step(i)
+    time.sleep(pause)
+    if i * pause >= 2.5:
+        break
+"""
+
+
+def merged(runs: list[Run]) -> Run:
+    """Several nodes' run files as one run, node ``k`` the ``k``-th file's samples.
+
+    The form the multi-file report reads them into (``sysmetrics report A.jsonl B.jsonl``;
+    ``read_run`` reads one file): each node's samples with their own clock and steps.
+    """
+    out = Run()
+    for k, part in enumerate(runs):
+        first = len(out.recordings)
+        for rec in part.recordings:
+            rec_run = {**rec.run, "node": k}
+            out.recordings.append(runfile.Recording(rec_run, rec.end, len(out)))
+        for j in range(len(part)):
+            out.add(part.metrics(j), part.time[j], part.monotonic[j], part.step[j], k,
+                    first + max(part.recording[j], 0))  # fmt: skip
+    out.pad()
+    return out
+
+
+def test_two_recorded_nodes_one_slowed_name_the_straggler(tmp_path: Path) -> None:
+    """Two simulated nodes (two recordings), node 1 stepping half as fast as node 0."""
+    fast = record(tmp_path / "node0.jsonl", PACED, "0.04")
+    slow = record(tmp_path / "node1.jsonl", PACED, "0.08")
+    finding = only(findings(merged([fast, slow])), "straggler-node")
+    assert finding.evidence["node"] == 1
+    assert finding.evidence["ratio"] >= fd.STRAGGLER_RATIO, finding
+    also_fast = record(tmp_path / "node2.jsonl", PACED, "0.04")  # two nodes at one pace
+    assert "straggler-node" not in rules(findings(merged([fast, also_fast])))

@@ -36,6 +36,7 @@ from sysmetrics.findings.cpu import CONTENTION_HOST_PERCENT as CONTENTION_HOST_P
 from sysmetrics.findings.cpu import CONTENTION_JOB_MEMORY_SHARE as CONTENTION_JOB_MEMORY_SHARE
 from sysmetrics.findings.cpu import CONTENTION_JOB_PERCENT as CONTENTION_JOB_PERCENT
 from sysmetrics.findings.cpu import CONTENTION_MEMORY_PERCENT as CONTENTION_MEMORY_PERCENT
+from sysmetrics.findings.cpu import CONTENTION_MIN_CPUS as CONTENTION_MIN_CPUS
 from sysmetrics.findings.cpu import CONTENTION_SHARE as CONTENTION_SHARE
 from sysmetrics.findings.cpu import CPU_BOUND_PERCENT as CPU_BOUND_PERCENT
 from sysmetrics.findings.cpu import CPU_BOUND_SHARE as CPU_BOUND_SHARE
@@ -66,6 +67,7 @@ from sysmetrics.findings.training import INPUT_SPAN_SHARE as INPUT_SPAN_SHARE
 from sysmetrics.findings.training import INPUT_WAIT_PERCENT as INPUT_WAIT_PERCENT
 from sysmetrics.findings.training import MAX_STALLS as MAX_STALLS
 from sysmetrics.findings.training import SLOW_FACTOR as SLOW_FACTOR
+from sysmetrics.findings.training import SLOW_SHARE as SLOW_SHARE
 from sysmetrics.findings.training import STALL_IDLE_PERCENT as STALL_IDLE_PERCENT
 from sysmetrics.findings.training import STALL_MIN_SECONDS as STALL_MIN_SECONDS
 from sysmetrics.findings.training import STALL_SECONDS as STALL_SECONDS

@@ -14,6 +14,7 @@ SINGLE_CORE_SHARE = 0.5  # ... in at least this share of the samples, with 2 or 
 
 CONTENTION_HOST_PERCENT = 90.0  # %: the host's CPU (mean of its cores) above this ...
 CONTENTION_JOB_PERCENT = 60.0  # %: ... while the job's cpu is below this ...
+CONTENTION_MIN_CPUS = 0.25  # CPUs' worth: ... and above this (the job works, not sleeps) ...
 CONTENTION_SHARE = 0.3  # ... in at least this share of the samples with both
 CONTENTION_MEMORY_PERCENT = 90.0  # %: the host's memory above this ...
 CONTENTION_JOB_MEMORY_SHARE = 0.5  # ... with the job holding less than this share of it
@@ -86,12 +87,14 @@ def contention(run: Run) -> list[Finding]:
         [] if job is None else [j for j, h in enumerate(host) if h is not None and job[j] == job[j]]
     )
     if job is not None and len(both) >= MIN_SAMPLES:
+        n = cpus(run)[0] or 1.0  # a host CPU % is known: so is the count of its cores
+        floor = 100.0 * CONTENTION_MIN_CPUS / n
         taken = [
             j
             for j in both
             if (h := host[j]) is not None
             and h > CONTENTION_HOST_PERCENT
-            and job[j] < CONTENTION_JOB_PERCENT
+            and floor <= job[j] < CONTENTION_JOB_PERCENT
         ]
         share = len(taken) / len(both)
         if share >= CONTENTION_SHARE:
@@ -103,8 +106,9 @@ def contention(run: Run) -> list[Finding]:
                     "contention",
                     f"The host's CPUs were {host_mean:.0f} % busy while the job got "
                     f"{job_mean:.0f} % of {_cpus_words(run)}, in {share:.0%} of the samples "
-                    f"({where(run, span)}): other processes on the machine took the CPU "
-                    "time (other tenants, another job).",
+                    f"({where(run, span)}): other processes on the machine (other tenants, "
+                    "another job) took most of the CPU time, and the job likely got less than "
+                    "it could use.",
                     {
                         "host_cpu_percent_mean": host_mean,
                         "job_cpu_percent_mean": job_mean,

@@ -9,6 +9,7 @@ from sysmetrics.descriptions import family
 from sysmetrics.findings._base import (
     MIN_SAMPLES,
     Finding,
+    duration,
     gpu_indices,
     mean,
     node_runs,
@@ -115,8 +116,8 @@ def straggler_node(run: Run) -> list[Finding]:
                 _finding(
                     nodes[node],
                     node,
-                    f"its steps took {seconds[node]:.3g} s, {ratio:.1f} times the other nodes' "
-                    f"{others:.3g} s",
+                    f"its steps took {duration(seconds[node])}, {ratio:.1f} times the other "
+                    f"nodes' {duration(others)}",
                     {"step_seconds": seconds[node], "others_step_seconds": others, "ratio": ratio},
                 )
             ]

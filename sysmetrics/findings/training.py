@@ -44,7 +44,8 @@ STALL_STEP_TIMES = 10.0  # ... this many times the run's median seconds per step
 STALL_IDLE_PERCENT = 10.0  # %: the job's cpu and GPUs below this while stalled: idle
 MAX_STALLS = 5  # stall findings at most (the longest)
 
-SLOW_FACTOR = 3.0  # a step slower than this many times the run's median is slow
+SLOW_FACTOR = 3.0  # a step slower than this many times the run's median is slow ...
+SLOW_SHARE = 0.05  # ... in at least this share of the samples (or step changes)
 SPIKE_FACTOR = 2.0  # a key whose mean during slow steps is this many times its median ...
 SPIKE_POINTS = 20.0  # ... (a % key: this many points above it) coincided with them
 SPIKE_DISK_MIB_S = 10.0  # MiB/s: a disk read rate that coincides is at least this
@@ -266,7 +267,7 @@ def slow_steps(run: Run) -> list[Finding]:
         return []
     median = statistics.median(p.seconds for p in paces)
     slow = [p for p in paces if p.seconds > SLOW_FACTOR * median]
-    if not median > 0 or not slow:
+    if not median > 0 or not slow or len(slow) < SLOW_SHARE * len(paces):
         return []
     during = sorted({j for p in slow for j in p.covered})
     chosen = set(during)
