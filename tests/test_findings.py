@@ -693,3 +693,45 @@ def test_two_recorded_nodes_one_slowed_name_the_straggler(tmp_path: Path) -> Non
     assert finding.evidence["ratio"] >= fd.STRAGGLER_RATIO, finding
     also_fast = record(tmp_path / "node2.jsonl", PACED, "0.04")  # two nodes at one pace
     assert "straggler-node" not in rules(findings(merged([fast, also_fast])))
+
+
+def test_input_bound_on_the_time_axis_without_steps(tmp_path: Path) -> None:
+    found = found_in(tmp_path, [waiting(50, cpu=97)] * 10, steps=[None] * 10)
+    assert only(found, "input-bound").sentence.startswith(
+        "The steps 0\N{EN DASH}9 s into the run spent 50 % of their time waiting for data"
+    )
+
+
+_KEYS = st.sampled_from(
+    ["cpu", "memory", "proc.memory.percent", "disk.in", "step.seconds", "step.dataWaitPercent",
+     "cpu.0.cpu_percent", "cpu.1.cpu_percent", "gpu.0.gpu", "gpu.process.0.gpu",
+     "gpu.0.throttle.thermal", fd.SWAP_KEY, "node0/step.seconds", "node1/step.seconds",
+     "node1/step.dataWaitPercent", "node0/cpu", "proc.cpu.threads"]
+)  # fmt: skip
+_NUMBERS = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False) | st.sampled_from([0.0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.dictionaries(_KEYS, _NUMBERS, max_size=8),
+            st.none() | st.floats(min_value=0, max_value=1e4, allow_nan=False),  # time
+            st.none() | st.integers(min_value=-3, max_value=30),  # step
+            st.none() | st.integers(min_value=0, max_value=2),  # node
+        ),
+        max_size=40,
+    ),
+    st.none() | st.floats(min_value=-2, max_value=64),  # the run line's cpus
+)
+def test_every_rule_takes_any_numbers(samples: list[Any], cpus: float | None) -> None:
+    """Rules over arbitrary finite numbers, clocks that go back, steps that repeat or fall,
+    interleaved nodes: findings or none, never an exception, evidence finite numbers."""
+    run = Run()
+    run.recordings.append(runfile.Recording({"cpus": cpus}, None, 0))
+    for metrics, t, step, node in samples:
+        run.add(metrics, t, t, step, node, 0)
+    run.pad()
+    for finding in findings(run):
+        assert finding.rule and finding.sentence
+        assert all(isinstance(v, float) and v == v for v in finding.evidence.values()), finding

@@ -68,6 +68,9 @@ from sysmetrics.findings.training import INPUT_WAIT_PERCENT as INPUT_WAIT_PERCEN
 from sysmetrics.findings.training import MAX_STALLS as MAX_STALLS
 from sysmetrics.findings.training import SLOW_FACTOR as SLOW_FACTOR
 from sysmetrics.findings.training import SLOW_SHARE as SLOW_SHARE
+from sysmetrics.findings.training import SPIKE_DISK_MIB_S as SPIKE_DISK_MIB_S
+from sysmetrics.findings.training import SPIKE_FACTOR as SPIKE_FACTOR
+from sysmetrics.findings.training import SPIKE_POINTS as SPIKE_POINTS
 from sysmetrics.findings.training import STALL_IDLE_PERCENT as STALL_IDLE_PERCENT
 from sysmetrics.findings.training import STALL_MIN_SECONDS as STALL_MIN_SECONDS
 from sysmetrics.findings.training import STALL_SECONDS as STALL_SECONDS

@@ -17,7 +17,7 @@ from sysmetrics.findings._base import (
     weighted,
 )
 from sysmetrics.findings.machine import THROTTLE_REASONS, THROTTLE_SHARE, swap_rise, throttled
-from sysmetrics.findings.training import INPUT_CPU_PERCENT, _steps, _wait_weights
+from sysmetrics.findings.training import INPUT_CPU_PERCENT, INPUT_SHARE, _steps, _wait_weights
 from sysmetrics.runfile import Run
 
 STRAGGLER_WAIT_POINTS = 15.0  # points: a node's data wait above the other nodes' median by this
@@ -40,7 +40,7 @@ def _explain(part: Run) -> tuple[list[str], dict[str, float]]:
     if len(cpu) >= MIN_SAMPLES:
         busy = sum(1 for v in cpu if v > INPUT_CPU_PERCENT) / len(cpu)
         evidence["cpu_percent_mean"] = statistics.fmean(cpu)
-        if busy >= 0.3:
+        if busy >= INPUT_SHARE:
             said.append(f"its CPU was above {INPUT_CPU_PERCENT:.0f} % in {busy:.0%} of its samples")
             evidence["cpu_saturated_share"] = busy
     for i in gpu_indices(part.columns):

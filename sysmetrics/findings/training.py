@@ -28,7 +28,7 @@ from sysmetrics.findings._base import (
     where,
 )
 from sysmetrics.findings.machine import DISK_READ_MIB_S, SWAP_KEY, THROTTLE_REASONS
-from sysmetrics.runfile import Run
+from sysmetrics.runfile import Run, Span
 
 INPUT_WAIT_PERCENT = 30.0  # %: steps' data wait above this, weighted by their seconds ...
 INPUT_SPAN_SHARE = 0.30  # ... over a stretch of at least this share of the steps' seconds
@@ -362,12 +362,20 @@ def input_bound(run: Run) -> list[Finding]:
     return [
         Finding(
             "input-bound",
-            f"{where(run, span)[:1].upper()}{where(run, span)[1:]} spent {wait:.0f} % of their "
-            f"time waiting for data{cause}.",
+            f"{_steps_words(run, span)} spent {wait:.0f} % of their time waiting for data{cause}.",
             evidence,
             span,
         )
     ]
+
+
+def _steps_words(run: Run, span: Optional[Span]) -> str:
+    """The steps of ``span``, to start a sentence: ``Steps 120-480`` (an en dash)."""
+    if span is not None and span.axis == "step":
+        return "S" + where(run, span)[1:]
+    if span is None:
+        return "The steps"
+    return f"The steps {where(run, span)}"
 
 
 def _input_bound_machine(run: Run) -> list[Finding]:
