@@ -180,7 +180,15 @@ def stall(run: Run) -> list[Finding]:
             if "from_seconds" not in evidence
             else f", from {evidence['from_seconds']:.0f} s into the run"
         )
-        end = " and the run ended stalled (killed or timed out)" if s.ended else ""
+        end = ""
+        if s.ended:  # to the part's last sample: ended there, or still stalled (live)
+            r = run.recording[s.first]
+            over = r >= 0 and run.recordings[r].end is not None
+            end = (
+                ", until the run ended stalled (killed, timed out or given up)"
+                if over
+                else ", still at the last sample"
+            )
         out.append(
             Finding(
                 "stall",
