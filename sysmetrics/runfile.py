@@ -181,6 +181,12 @@ class Recording:
         return None if self.end is None else _number(self.end.get("seconds"))
 
     @property
+    def cpus(self) -> Optional[float]:
+        """CPUs available to the job when it started (its ``cpu`` key's 100 %), where it says."""
+        cpus = _number(self.run.get("cpus"))
+        return cpus if cpus is not None and cpus > 0 else None
+
+    @property
     def command(self) -> Optional[list[str]]:
         """The command ``record`` ran, where it says."""
         command = self.run.get("command")

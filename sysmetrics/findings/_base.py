@@ -137,10 +137,8 @@ def cpus(run: Run) -> tuple[Optional[float], str]:
     limits it. ``(None, "")`` where neither is known.
     """
     for rec in run.recordings:
-        value = rec.run.get("cpus")
-        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
-        if math.isfinite(number) and number > 0:
-            return float(number), "run"
+        if rec.cpus is not None:
+            return rec.cpus, "run"
     cores = {i for key in run.columns if (i := _core(key)) is not None}
     return (float(len(cores)), "cores") if cores else (None, "")
 
