@@ -336,6 +336,7 @@ def write(
     node: int | None = None,
     end: bool = True,
     t0: float = 1000.0,
+    **ending: Any,
 ) -> Path:
     """A recording of ``samples`` ``dt`` s apart, with a ``run`` line (``cpus``) and ``end``."""
     out = [runfile.run_line(command=None, host="h", node=node or 0, pid=1, start=t0,
@@ -345,7 +346,9 @@ def write(
         out.append(runfile.sample_line(t0 + n * dt, 10.0 + n * dt, step, metrics, node))
     if end:
         out.append(
-            runfile.end_line(seconds=len(samples) * dt, node=node or 0, samples=len(samples))
+            runfile.end_line(
+                seconds=len(samples) * dt, node=node or 0, samples=len(samples), **ending
+            )
         )
     with open(path, "ab") as file:
         file.write(b"".join(out))
@@ -492,6 +495,14 @@ def test_stall_while_busy_and_at_the_end(tmp_path: Path) -> None:
     finding = only(found_in(tmp_path, crafted["samples"], steps=crafted["steps"]), "stall")
     assert finding.evidence["ended_stalled"] == 1 and finding.evidence["share"] == 0.75
     assert "until the run ended stalled" in finding.sentence and "evaluation" in finding.sentence
+
+
+def test_a_run_that_finished_after_a_long_last_step_did_not_end_stalled(tmp_path: Path) -> None:
+    """A final evaluation or save after the last step, then a normal exit: said as such."""
+    crafted = stalled(5, 16, 0, cpu=95.0)
+    found = found_in(tmp_path, crafted["samples"], steps=crafted["steps"], exit_status=0)
+    finding = only(found, "stall")
+    assert finding.evidence["ended_stalled"] == 0 and "until the run finished" in finding.sentence
 
 
 def test_a_stall_under_way_in_a_partial_run(tmp_path: Path) -> None:

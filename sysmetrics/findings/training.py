@@ -141,16 +141,20 @@ def stall(run: Run) -> list[Finding]:
     start = next((t for t in run.time if t is not None), None)
     out = []
     for s in found:
-        samples = range(s.first, s.last + 1)
-        part_samples = [j for j in samples if run.node[j] == run.node[s.first]]
-        cpu, gpu = _machine(
-            run, [j for j in part_samples if run.recording[j] == run.recording[s.first]]
+        mine = (run.node[s.first], run.recording[s.first])  # its part's samples only
+        samples = [j for j in range(s.first, s.last + 1) if (run.node[j], run.recording[j]) == mine]
+        # The first sample's values cover the time before it, when the step still moved.
+        cpu, gpu = _machine(run, samples[1:] or samples)
+        r = run.recording[s.first]
+        end = run.recordings[r].end if r >= 0 else None
+        finished = end is not None and (
+            end.get("exit_status") == 0 or end.get("status") == "finished"
         )
         evidence = {
             "step": float(s.step),
             "seconds": s.seconds,
             "share": s.seconds / s.part_seconds if s.part_seconds > 0 else 1.0,
-            "ended_stalled": float(s.ended),
+            "ended_stalled": float(s.ended and not finished),
         }
         if median is not None:
             evidence["median_step_seconds"] = median
@@ -180,22 +184,21 @@ def stall(run: Run) -> list[Finding]:
             if "from_seconds" not in evidence
             else f", from {evidence['from_seconds']:.0f} s into the run"
         )
-        end = ""
-        if s.ended:  # to the part's last sample: ended there, or still stalled (live)
-            r = run.recording[s.first]
-            over = r >= 0 and run.recordings[r].end is not None
-            end = (
-                ", until the run ended stalled (killed, timed out or given up)"
-                if over
-                else ", still at the last sample"
-            )
+        ending = ""
+        if s.ended:  # to the part's last sample: the run ended there, or it is still stalled
+            if end is None:  # live, or killed without an end line
+                ending = ", still at the last sample"
+            elif finished:
+                ending = ", until the run finished"
+            else:
+                ending = ", until the run ended stalled (killed, failed or timed out)"
         out.append(
             Finding(
                 "stall",
                 f"The step stayed at {s.step} for {duration(s.seconds)} "
-                f"({evidence['share']:.0%} of the run{into}){end}{meanwhile}.",
+                f"({evidence['share']:.0%} of the run{into}){ending}{meanwhile}.",
                 evidence,
-                run.span(list(samples)),
+                run.span(samples),
             )
         )
     return out
