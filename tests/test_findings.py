@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import sysmetrics
 from sysmetrics import findings as fd
 from sysmetrics import runfile
 from sysmetrics.findings import Finding, Run, findings, read_run
@@ -811,3 +812,32 @@ def test_a_real_loop_over_a_slow_dataset_is_input_bound(tmp_path: Path) -> None:
     assert finding.evidence["wait_percent"] > 60, finding
     assert finding.span is not None and finding.span.axis == "step"
     assert "waiting for data" in finding.sentence
+
+
+SLOW_BATCHES = """
+import time
+import sysmetrics
+
+def slow_loader():
+    for i in range(40):
+        time.sleep(0.06)  # the next batch: I/O, the CPU idle
+        yield [i] * 4
+
+step = 0
+for batch in sysmetrics.batches(slow_loader()):
+    time.sleep(0.01)  # the step's own work
+    step += 1
+    sysmetrics.step(step)
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(sysmetrics, "batches"),
+    reason="needs sysmetrics.batches (step keys under record), merged on main after this test",
+)
+def test_a_recorded_plain_loop_over_a_slow_loader_is_input_bound(tmp_path: Path) -> None:
+    """``sysmetrics record`` of a plain loop over a loader that takes 60 ms a batch for a
+    10 ms step: the step keys say ~85 % waiting for data, with the CPU idle."""
+    finding = only(findings(record(tmp_path / "slow.jsonl", SLOW_BATCHES)), "input-bound")
+    assert finding.evidence["wait_percent"] > 60, finding
+    assert "too few workers" in finding.sentence, finding

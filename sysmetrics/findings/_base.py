@@ -156,9 +156,10 @@ def present(column: Optional[Sequence[float]], samples: Iterable[int]) -> list[f
 
 
 def duration(seconds: float) -> str:
-    """``seconds`` for a sentence: ``2.4 s``, ``12 ms``, ``3 µs``, ``40 min``."""
-    if seconds >= 600:
-        return f"{seconds / 60:.0f} min"
+    """``seconds`` for a sentence: ``2.4 s``, ``640 s``, ``12 ms``, ``3 µs``.
+
+    Never minutes: a stall said live keeps its words (only its numbers) as it grows.
+    """
     if seconds >= 1 or seconds == 0:
         return f"{seconds:.3g} s"
     if seconds >= 1e-3:
