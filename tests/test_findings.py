@@ -435,6 +435,13 @@ def test_single_core_from_the_per_core_keys(tmp_path: Path) -> None:
     assert finding.evidence["cpus"] == 8 and "on the host" in finding.sentence
 
 
+def test_a_saturated_host_is_contention_not_single_core(tmp_path: Path) -> None:
+    """Regression: a job spinning every CPU on a host others saturate got one CPU's worth
+    (a real recording on the shared test machine read as single-core)."""
+    found = rules(found_in(tmp_path, [host(100, 25)] * 10, cpus=4))
+    assert "contention" in found and "single-core" not in found
+
+
 def test_not_single_core_with_one_cpu_or_more_than_one_used(tmp_path: Path) -> None:
     assert "single-core" not in rules(found_in(tmp_path, [{"cpu": 97.0}] * 10, cpus=1))
     (tmp_path / "crafted.jsonl").unlink()

@@ -52,13 +52,23 @@ def cpu_bound(run: Run) -> list[Finding]:
 
 
 def single_core(run: Run) -> list[Finding]:
-    """``single-core``: the job uses about one CPU's worth while more are available."""
+    """``single-core``: the job uses about one CPU's worth while more are available.
+
+    Not in samples where the host's CPU is saturated (``CONTENTION_HOST_PERCENT``): there
+    the job may get one CPU's worth because others take the rest (``contention``).
+    """
     n, source = cpus(run)
     held = run.present("cpu")
     if n is None or n < 2 or len(held) < MIN_SAMPLES:
         return []
     column = run.columns["cpu"]
-    one = [j for j in held if SINGLE_CORE_LOW <= column[j] * n / 100 <= SINGLE_CORE_HIGH]
+    host = host_cpu(run)  # a saturated host has no more CPUs to give: contention, not this
+    one = [
+        j
+        for j in held
+        if SINGLE_CORE_LOW <= column[j] * n / 100 <= SINGLE_CORE_HIGH
+        and not (host[j] or 0.0) > CONTENTION_HOST_PERCENT
+    ]
     share = len(one) / len(held)
     if share < SINGLE_CORE_SHARE:
         return []
