@@ -513,6 +513,20 @@ def test_a_run_that_finished_after_a_long_last_step_did_not_end_stalled(tmp_path
     assert finding.evidence["ended_stalled"] == 0 and "until the run finished" in finding.sentence
 
 
+def test_rules_over_a_run_built_live_with_add() -> None:
+    """Regression: a live caller builds its run with ``Run.add`` and never pads it; the
+    rules indexed short columns (``IndexError: array index out of range``)."""
+    run = Run()
+    run.recordings.append(runfile.Recording({"cpus": 2}))
+    for n in range(30):
+        extra = {"cpu.0.cpu_percent": 5.0} if n < 3 else {}  # a key the later samples lack
+        run.add({"cpu": 1.0, **extra}, 1000.0 + n, 10.0 + n, min(n, 5), recording=0)
+    assert rules(findings(run)) == ["stall"]
+    run.add({"cpu": 1.0, "cpu.0.cpu_percent": 7.0}, 1030.0, 40.0, 6, recording=0)  # grows on
+    assert run.metrics(30) == {"cpu": 1.0, "cpu.0.cpu_percent": 7.0}  # in its place
+    assert rules(findings(run)) == ["stall"]
+
+
 def test_a_stall_under_way_in_a_partial_run(tmp_path: Path) -> None:
     """Live, on what has been sampled so far (no end line yet): still stalled, not ended."""
     crafted = stalled(5, 16, 0, cpu=1.0)
@@ -761,7 +775,8 @@ def test_every_rule_takes_any_numbers(samples: list[Any], cpus: float | None) ->
     run.recordings.append(runfile.Recording({"cpus": cpus}, None, 0))
     for metrics, t, step, node in samples:
         run.add(metrics, t, t, step, node, 0)
-    run.pad()
+    # Not padded: a live caller's run, built with add(), has columns shorter than the run
+    # where the latest samples lack a key (regression: IndexError in the live findings).
     for finding in findings(run):
         assert finding.rule and finding.sentence
         assert all(isinstance(v, float) and v == v for v in finding.evidence.values()), finding

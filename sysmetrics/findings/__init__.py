@@ -113,7 +113,13 @@ NODE_RULES: tuple[Rule, ...] = (straggler_node,)
 
 
 def findings(run: Run) -> list[Finding]:
-    """Every finding of every rule about ``run``: ``RULES`` per node, then ``NODE_RULES``."""
+    """Every finding of every rule about ``run``: ``RULES`` per node, then ``NODE_RULES``.
+
+    Pads ``run``'s columns first (:meth:`Run.pad`: a run still being built with
+    :meth:`Run.add`, as a live caller's, has columns shorter than the run where the
+    latest samples lack a key; the rules index every column by sample).
+    """
+    run.pad()
     nodes = run.by_node()
     out: list[Finding] = []
     for k, part in nodes:
