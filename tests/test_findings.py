@@ -574,12 +574,22 @@ def test_slow_steps_from_the_samples_steps_name_another_key(tmp_path: Path) -> N
     """Under record without step keys: the steps' pace from the samples' steps."""
     steps, samples = [], []
     for s in range(20):
-        samples += [{"proc.cpu.threads": 10.0}] * (4 if s == 9 else 1)
-        steps += [s] * (4 if s == 9 else 1)
-    samples[11] = {"proc.cpu.threads": 60.0}  # while step 9 (samples 9 to 12) ran
+        samples += [{"proc.cpu.threads": 10.0}] * (5 if s == 9 else 1)
+        steps += [s] * (5 if s == 9 else 1)
+    samples[11] = {"proc.cpu.threads": 60.0}  # while step 9 (samples 9 to 13) ran
     finding = only(found_in(tmp_path, samples, steps=steps), "slow-steps")
-    assert finding.evidence["slowest_seconds"] == 4
+    assert finding.evidence["slowest_seconds"] == 4  # at least: from sample 9 to 13
+    assert finding.evidence["median_seconds"] == 1
     assert "proc.cpu.threads peaked at 60 count (elsewhere 10)" in finding.sentence
+
+
+def test_no_slow_step_from_the_samples_resolution(tmp_path: Path) -> None:
+    """Regression: steps faster than the samples, one step change between two samples
+    0.1 s apart read as a 100 ms step against a 20 ms median (a real recording)."""
+    steps = [5 * n for n in range(30)]
+    steps[10:12] = [48, 49]  # one step between samples 10 and 11: its time is unknown
+    steps[20:22] = [98, 99]
+    assert rules(found_in(tmp_path, [{}] * 30, steps=steps, dt=0.1)) == []
 
 
 def test_no_slow_steps_within_the_factor_or_for_one_blip(tmp_path: Path) -> None:

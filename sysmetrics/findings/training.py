@@ -67,7 +67,8 @@ class _Pace(NamedTuple):
 
     first: int  # the sample where the step appeared (its step is the one timed)
     covered: list[int]  # the samples whose metrics cover that time (after first, to the next)
-    seconds: float  # s per step
+    seconds: float  # s per step: at most this (from its first sample to the next step's)
+    least: float  # s per step at least (to the last sample with the step)
 
 
 class _Steps(NamedTuple):
@@ -99,7 +100,9 @@ def _steps(run: Run) -> _Steps:
                 )
                 if step > first[1] and t > first[2]:
                     pace = (t - first[2]) / (step - first[1])
-                    per_step.append(_Pace(part[first[0]], part[first[0] + 1 : n + 1], pace))
+                    least = (prev[2] - first[2]) / (step - first[1])
+                    covered = part[first[0] + 1 : n + 1]
+                    per_step.append(_Pace(part[first[0]], covered, pace, least))
                 first = item
             prev = item
         seconds = prev[2] - first[2]
@@ -265,25 +268,28 @@ def slow_steps(run: Run) -> list[Finding]:
     column = run.columns.get("step.seconds")
     paces: list[_Pace]
     if column is not None and any(v == v for v in column):
-        paces = [_Pace(j, [j], v) for j, v in enumerate(column) if v == v]
+        paces = [_Pace(j, [j], v, v) for j, v in enumerate(column) if v == v]
         source = "samples"
     else:
         steps = _steps(run)
-        paces = steps.per_step
-        median = statistics.median(p.seconds for p in paces) if paces else 0.0
-        longest = max((s.part_seconds for s in steps.stretches), default=0.0)
-        paces = [p for p in paces if not _stalled(p.seconds, longest, median)]  # stall's
+        median_step = _median_step(run, steps)
+        stalls = {
+            s.first for s in steps.stretches if _stalled(s.seconds, s.part_seconds, median_step)
+        }
+        paces = [p for p in steps.per_step if p.first not in stalls]  # the stall rule's
         source = "step changes of the samples"
     if len(paces) < MIN_SAMPLES:
         return []
+    # The median of the longest each step may have taken, and slow where even the shortest
+    # is over the factor: the samples' resolution never makes a step look slow.
     median = statistics.median(p.seconds for p in paces)
-    slow = [p for p in paces if p.seconds > SLOW_FACTOR * median]
+    slow = [p for p in paces if p.least > SLOW_FACTOR * median]
     if not median > 0 or not slow or len(slow) < SLOW_SHARE * len(paces):
         return []
     during = sorted({j for p in slow for j in p.covered})
     chosen = set(during)
     rest = [j for p in paces for j in p.covered if j not in chosen]
-    slowest = max(p.seconds for p in paces)
+    slowest = max(p.least for p in slow)
     said, evidence = _coincided(run, during, rest)
     span = run.span([p.first for p in slow])
     coincided = f"; at the same time: {'; '.join(said)}" if said else ""
@@ -291,8 +297,8 @@ def slow_steps(run: Run) -> list[Finding]:
         Finding(
             "slow-steps",
             f"Steps took over {SLOW_FACTOR:g} times the run's median {duration(median)} per "
-            f"step in {len(slow)} of {len(paces)} {source} (the slowest {duration(slowest)} "
-            "per step; "
+            f"step in {len(slow)} of {len(paces)} {source} (the slowest at least "
+            f"{duration(slowest)} per step; "
             f"{where(run, span)}){coincided}.",
             {
                 "median_seconds": median,
