@@ -90,7 +90,7 @@ from sysmetrics.runfile import read_run as read_run
 
 Rule = Callable[[Run], list[Finding]]
 
-NO_MATCH = "No rule matched: none of the findings' rules had its evidence in this run."
+NO_MATCH = "No rule matched: none of the findings' rules reached its thresholds in this run."
 """What to say where :func:`findings` returns nothing (the report, the CLI)."""
 
 RULES: tuple[Rule, ...] = (
