@@ -5,7 +5,8 @@ A run file is UTF-8 JSON, one object per line, appended to by
 ``run_file=``). Each recording in it is::
 
     {"run": {"command": [...] or null, "host": str, "node": int, "pid": int,
-             "start": s since the epoch, "interval": s, "version": str}}
+             "start": s since the epoch, "interval": s, "cpus": number or null,
+             "version": str}}
     {"time": s since the epoch, "monotonic": s, "step": int or null,
      "metrics": {key: value}, "node": int}            one line per sample
     ...
@@ -16,8 +17,11 @@ A run file is UTF-8 JSON, one object per line, appended to by
   (a list of arguments; null for a callback), ``host`` the machine's name, ``node`` the
   node rank (0 on one node), ``pid`` the process whose tree is watched (the command
   under ``record``, the training process under a callback), ``start`` when the
-  recording started, ``interval`` the seconds between samples, ``version`` the
-  sysmetrics version that wrote it.
+  recording started, ``interval`` the seconds between samples, ``cpus`` the CPUs
+  available to the job when it started (the ``cpu`` key's 100 %: the union of its
+  affinity, capped by its cgroup CPU quota; null where the job's CPU is not watched;
+  absent in files written before it existed), ``version`` the sysmetrics version that
+  wrote it.
 - A sample line has ``node`` only where the run spans several nodes (several nodes may
   append to one file on a shared filesystem: their samples are told apart by it).
 - ``end`` is the last line of a recording that ended in order: ``seconds`` from its
@@ -175,6 +179,12 @@ class Recording:
     def seconds(self) -> Optional[float]:
         """How long it ran, s, where its ``end`` line says."""
         return None if self.end is None else _number(self.end.get("seconds"))
+
+    @property
+    def cpus(self) -> Optional[float]:
+        """CPUs available to the job when it started (its ``cpu`` key's 100 %), where it says."""
+        cpus = _number(self.run.get("cpus"))
+        return cpus if cpus is not None and cpus > 0 else None
 
     @property
     def command(self) -> Optional[list[str]]:

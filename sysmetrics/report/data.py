@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from sysmetrics.descriptions import counter_rate, describe, family, gpu_key, split_node
+from sysmetrics.findings import STALL_SECONDS, STALL_STEP_TIMES
 from sysmetrics.runfile import Run
 
 if TYPE_CHECKING:
@@ -321,8 +322,10 @@ def summary(all_series: Sequence[Series]) -> list[Row]:
     return rows[:MAX_ROWS]
 
 
-STALL_S = 10.0  # s: a stretch without a new step at least this long ...
-STALL_FACTOR = 10.0  # ... and this many times the run's median seconds per step is a stall
+# The stall rule's thresholds (their home is sysmetrics.findings), so the stretches drawn
+# as stalls are the ones the findings call stalls: at least this long ...
+STALL_S = STALL_SECONDS
+STALL_FACTOR = STALL_STEP_TIMES  # ... and this many times the run's median s per step
 STALL_MIN_WIDTH = 0.05  # a stall is drawn at least this share of the steps' range wide ...
 STALL_MAX_WIDTH = 0.25  # ... and at most this share (on the step axis)
 MAX_STALLS_SAID = 10  # stalls said in words (page) and labelled (figures) at most: the longest

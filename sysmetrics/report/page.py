@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Optional
 
-from sysmetrics.findings import Finding, findings
+from sysmetrics.findings import NO_MATCH, Finding, findings
 from sysmetrics.report.data import (
     MAX_STALLS_SAID,
     Series,
@@ -120,7 +120,6 @@ def _recording_text(rec: Recording) -> str:
     return (", ".join(said) + ": " if said else "") + ending(rec)
 
 
-NO_FINDINGS = "No rule matched: none of the findings' rules found its evidence in this run."
 CROSS_NODE_RULES = ("straggler-node",)  # rules that compare nodes: found over the whole run
 
 
@@ -152,7 +151,7 @@ def run_findings(run: Run) -> tuple[list[Finding], dict[Optional[int], list[Find
 
 def _findings_html(found: Sequence[Finding], start: Optional[float]) -> str:
     if not found:
-        return f"<p>{html.escape(NO_FINDINGS)}</p>"
+        return f"<p>{html.escape(NO_MATCH)}</p>"
     return "<ul>" + "".join(_finding_html(f, start) for f in found) + "</ul>"
 
 

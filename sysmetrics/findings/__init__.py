@@ -1,0 +1,136 @@
+"""Findings: what a run says about itself, in plain language, one small rule each.
+
+:func:`read_run` (from :mod:`sysmetrics.runfile`, where the run file's schema is) reads a
+run file into a :class:`Run`; :func:`findings` applies every rule of :data:`RULES` and
+returns one :class:`Finding` per thing worth saying (``rule``, ``sentence``,
+``evidence``, ``span``). A rule says nothing when its evidence is not in the run (its keys
+are missing, or there are too few samples): where no rule fires, say :data:`NO_MATCH`,
+not that nothing held the run back. The rules are pure functions of a run and one pass
+over its samples each (no quadratic work), so they also run on a partial run, during
+training.
+
+The rules and their thresholds (module-level constants of the rule's module, all
+importable from here) are listed in ``docs/record-report.md`` ("Findings"):
+
+- :mod:`~sysmetrics.findings.training`: ``input-bound``, ``stall``, ``slow-steps``, from
+  the step keys (``step.seconds``, ``step.dataWaitPercent``) or the samples' steps;
+- :mod:`~sysmetrics.findings.cpu`: ``cpu-bound``, ``single-core``, ``contention``;
+- :mod:`~sysmetrics.findings.machine`: ``memory-limit``, ``gpu-memory-limit``,
+  ``gpu-throttling``, ``disk-bound``, ``swap``, ``unused-gpu``;
+- :mod:`~sysmetrics.findings.nodes`: ``straggler-node``, across nodes.
+
+A run of several nodes (samples of several nodes: one file they all appended to,
+or several files read into one run) gets the one-node rules on each node's samples, with
+``Node k:`` before the sentence and ``node`` in the evidence, and the cross-node rules
+on all of them. :mod:`sysmetrics.runfile` says how much :func:`read_run` reads at most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from sysmetrics.findings._base import MIN_SAMPLES as MIN_SAMPLES
+from sysmetrics.findings._base import Finding as Finding
+from sysmetrics.findings.cpu import CONTENTION_HOST_PERCENT as CONTENTION_HOST_PERCENT
+from sysmetrics.findings.cpu import CONTENTION_JOB_MEMORY_SHARE as CONTENTION_JOB_MEMORY_SHARE
+from sysmetrics.findings.cpu import CONTENTION_JOB_PERCENT as CONTENTION_JOB_PERCENT
+from sysmetrics.findings.cpu import CONTENTION_MEMORY_PERCENT as CONTENTION_MEMORY_PERCENT
+from sysmetrics.findings.cpu import CONTENTION_MIN_CPUS as CONTENTION_MIN_CPUS
+from sysmetrics.findings.cpu import CONTENTION_SHARE as CONTENTION_SHARE
+from sysmetrics.findings.cpu import CPU_BOUND_PERCENT as CPU_BOUND_PERCENT
+from sysmetrics.findings.cpu import CPU_BOUND_SHARE as CPU_BOUND_SHARE
+from sysmetrics.findings.cpu import SINGLE_CORE_HIGH as SINGLE_CORE_HIGH
+from sysmetrics.findings.cpu import SINGLE_CORE_LOW as SINGLE_CORE_LOW
+from sysmetrics.findings.cpu import SINGLE_CORE_SHARE as SINGLE_CORE_SHARE
+from sysmetrics.findings.cpu import contention, cpu_bound, single_core
+from sysmetrics.findings.machine import DISK_GPU_PERCENT as DISK_GPU_PERCENT
+from sysmetrics.findings.machine import DISK_READ_MIB_S as DISK_READ_MIB_S
+from sysmetrics.findings.machine import DISK_SHARE as DISK_SHARE
+from sysmetrics.findings.machine import GPU_MEMORY_PERCENT as GPU_MEMORY_PERCENT
+from sysmetrics.findings.machine import MEMORY_PERCENT as MEMORY_PERCENT
+from sysmetrics.findings.machine import SWAP_KEY as SWAP_KEY
+from sysmetrics.findings.machine import SWAP_RISE_POINTS as SWAP_RISE_POINTS
+from sysmetrics.findings.machine import THROTTLE_REASONS as THROTTLE_REASONS
+from sysmetrics.findings.machine import THROTTLE_SHARE as THROTTLE_SHARE
+from sysmetrics.findings.machine import disk_bound, gpu_throttling, memory_limit, swap, unused_gpu
+from sysmetrics.findings.nodes import STRAGGLER_MIN_NODES as STRAGGLER_MIN_NODES
+from sysmetrics.findings.nodes import STRAGGLER_POINTS as STRAGGLER_POINTS
+from sysmetrics.findings.nodes import STRAGGLER_RATIO as STRAGGLER_RATIO
+from sysmetrics.findings.nodes import STRAGGLER_WAIT_POINTS as STRAGGLER_WAIT_POINTS
+from sysmetrics.findings.nodes import straggler_node
+from sysmetrics.findings.training import INPUT_CPU_PERCENT as INPUT_CPU_PERCENT
+from sysmetrics.findings.training import INPUT_GPU_PERCENT as INPUT_GPU_PERCENT
+from sysmetrics.findings.training import INPUT_IDLE_PERCENT as INPUT_IDLE_PERCENT
+from sysmetrics.findings.training import INPUT_SHARE as INPUT_SHARE
+from sysmetrics.findings.training import INPUT_SPAN_SHARE as INPUT_SPAN_SHARE
+from sysmetrics.findings.training import INPUT_WAIT_PERCENT as INPUT_WAIT_PERCENT
+from sysmetrics.findings.training import MAX_STALLS as MAX_STALLS
+from sysmetrics.findings.training import SLOW_FACTOR as SLOW_FACTOR
+from sysmetrics.findings.training import SLOW_SHARE as SLOW_SHARE
+from sysmetrics.findings.training import SPIKE_DISK_MIB_S as SPIKE_DISK_MIB_S
+from sysmetrics.findings.training import SPIKE_FACTOR as SPIKE_FACTOR
+from sysmetrics.findings.training import SPIKE_POINTS as SPIKE_POINTS
+from sysmetrics.findings.training import STALL_IDLE_PERCENT as STALL_IDLE_PERCENT
+from sysmetrics.findings.training import STALL_MIN_SECONDS as STALL_MIN_SECONDS
+from sysmetrics.findings.training import STALL_SECONDS as STALL_SECONDS
+from sysmetrics.findings.training import STALL_SHARE as STALL_SHARE
+from sysmetrics.findings.training import STALL_STEP_TIMES as STALL_STEP_TIMES
+from sysmetrics.findings.training import input_bound, slow_steps, stall
+
+# The run file's reader lives with its schema; its names stay importable from here.
+from sysmetrics.runfile import MAX_KEYS as MAX_KEYS
+from sysmetrics.runfile import MAX_LINE_BYTES as MAX_LINE_BYTES
+from sysmetrics.runfile import MAX_LINES as MAX_LINES
+from sysmetrics.runfile import PathLike as PathLike
+from sysmetrics.runfile import Recording as Recording
+from sysmetrics.runfile import Run as Run
+from sysmetrics.runfile import Span as Span
+from sysmetrics.runfile import read_run as read_run
+
+Rule = Callable[[Run], list[Finding]]
+
+NO_MATCH = "No rule matched: none of the findings' rules reached its thresholds in this run."
+"""What to say where :func:`findings` returns nothing (the report, the CLI)."""
+
+RULES: tuple[Rule, ...] = (
+    input_bound,
+    stall,
+    slow_steps,
+    cpu_bound,
+    single_core,
+    contention,
+    memory_limit,
+    gpu_throttling,
+    disk_bound,
+    swap,
+    unused_gpu,
+)
+"""The one-node rules, in the order their findings are listed."""
+
+NODE_RULES: tuple[Rule, ...] = (straggler_node,)
+"""The cross-node rules: over every node's series (``node{k}/`` keys or samples' nodes)."""
+
+
+def findings(run: Run) -> list[Finding]:
+    """Every finding of every rule about ``run``: ``RULES`` per node, then ``NODE_RULES``.
+
+    Pads ``run``'s columns first (:meth:`Run.pad`: a run still being built with
+    :meth:`Run.add`, as a live caller's, has columns shorter than the run where the
+    latest samples lack a key; the rules index every column by sample).
+    """
+    run.pad()
+    nodes = run.by_node()
+    out: list[Finding] = []
+    for k, part in nodes:
+        for rule in RULES:
+            for found in rule(part):
+                if len(nodes) > 1 and k is not None:
+                    found = replace(
+                        found,
+                        sentence=f"Node {k}: {found.sentence}",
+                        evidence={"node": float(k), **found.evidence},
+                    )
+                out.append(found)
+    out.extend(finding for rule in NODE_RULES for finding in rule(run))
+    return out

@@ -1,0 +1,210 @@
+"""What every rule shares: :class:`Finding`, and cheap per-sample views of a :class:`Run`.
+
+Every view here is one pass over the samples (or over the keys and the samples): the
+rules run on a partial run during training, so nothing is quadratic in the samples.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Optional
+
+from sysmetrics.descriptions import counter_rate, gpu_key, split_node
+from sysmetrics.runfile import Run, Span
+
+MIN_SAMPLES = 5  # samples (or intervals) a mean- or share-based rule needs
+
+DASH = "\N{EN DASH}"  # between the ends of a span, as in "steps 120-480"
+_NAN = math.nan
+_PER_CORE = "cpu.{i}.cpu_percent"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the run says: a rule id, a sentence, the numbers behind it, and where.
+
+    ``span`` is on the step axis where the samples it covers all have a step, else on the
+    time axis (s since the epoch); None where neither is known.
+    """
+
+    rule: str
+    sentence: str
+    evidence: dict[str, float] = field(default_factory=dict)
+    span: Optional[Span] = None
+
+
+def mean(values: Iterable[float]) -> float:
+    """The mean of ``values``, NaN where there are none."""
+    held = list(values)
+    return statistics.fmean(held) if held else _NAN
+
+
+def weighted(pairs: Iterable[tuple[float, float]]) -> float:
+    """The mean of ``(value, weight)`` pairs weighted by the weights; NaN without weight."""
+    total = weight = 0.0
+    for value, w in pairs:
+        total += value * w
+        weight += w
+    return total / weight if weight > 0 else _NAN
+
+
+def parts(run: Run) -> list[list[int]]:
+    """The samples of each recording of each node, in order: one clock and one step count.
+
+    Steps and monotonic clocks restart with a recording (a run file appended to), and
+    nodes' samples interleave in a file they share; every rule that compares one
+    sample with the previous one does so inside a part.
+    """
+    out: dict[tuple[Optional[int], int], list[int]] = {}
+    for j, key in enumerate(zip(run.node, run.recording)):
+        out.setdefault(key, []).append(j)
+    return list(out.values())
+
+
+def clock(run: Run, part: Sequence[int]) -> list[Optional[float]]:
+    """Seconds of each sample of ``part``: the monotonic clock where every sample has it."""
+    mono = [run.monotonic[j] for j in part]
+    if all(t is not None for t in mono):
+        return mono
+    return [run.time[j] for j in part]
+
+
+def intervals(run: Run) -> list[Optional[float]]:
+    """For each sample, the seconds since the previous sample of its part (None: first)."""
+    out: list[Optional[float]] = [None] * len(run)
+    for part in parts(run):
+        seconds = clock(run, part)
+        for n in range(1, len(part)):
+            t0, t1 = seconds[n - 1], seconds[n]
+            if t0 is not None and t1 is not None and t1 > t0:
+                out[part[n]] = t1 - t0
+    return out
+
+
+def rates(run: Run, key: str) -> list[Optional[float]]:
+    """For each sample, the counter ``key``'s rise per second since the previous sample.
+
+    None at a part's first sample and where :func:`counter_rate` says the rate is unknown.
+    """
+    column = run.columns.get(key)
+    out: list[Optional[float]] = [None] * len(run)
+    if column is None:
+        return out
+    for part in parts(run):
+        seconds = clock(run, part)
+        for n in range(1, len(part)):
+            t0, t1 = seconds[n - 1], seconds[n]
+            if t0 is not None and t1 is not None:
+                out[part[n]] = counter_rate(column[part[n - 1]], column[part[n]], t1 - t0)
+    return out
+
+
+def host_cpu(run: Run) -> list[Optional[float]]:
+    """For each sample, the host's CPU busy %: the mean of its per-core ``cpu.{i}.cpu_percent``."""
+    total = [0.0] * len(run)
+    count = [0] * len(run)
+    for key, column in run.columns.items():
+        g = _core(key)
+        if g is None:
+            continue
+        for j, v in enumerate(column):
+            if v == v:
+                total[j] += v
+                count[j] += 1
+    return [t / c if c else None for t, c in zip(total, count)]
+
+
+def _core(key: str) -> Optional[str]:
+    """The core index of a ``cpu.{i}.cpu_percent`` key, else None."""
+    if key.startswith("cpu.") and key.endswith(".cpu_percent"):
+        i = key[4 : -len(".cpu_percent")]
+        if i.isdigit():
+            return i
+    return None
+
+
+def cpus(run: Run) -> tuple[Optional[float], str]:
+    """The CPUs available to the job, and where that number comes from.
+
+    The run file's ``run`` line says (``cpus``: the union of the job's affinity, capped by
+    its cgroup CPU quota, when the recording started); a file without it (written before
+    the field existed, or crafted) gives the number of per-core ``cpu.{i}.cpu_percent``
+    keys: the host's cores, more than the job's where a quota or an affinity mask
+    limits it. ``(None, "")`` where neither is known.
+    """
+    for rec in run.recordings:
+        if rec.cpus is not None:
+            return rec.cpus, "run"
+    cores = {i for key in run.columns if (i := _core(key)) is not None}
+    return (float(len(cores)), "cores") if cores else (None, "")
+
+
+def gpu_indices(keys: Iterable[str]) -> list[str]:
+    """Every GPU index with a ``gpu.{i}.*`` key among ``keys``, in numeric order."""
+    return sorted({g.i for key in keys if (g := gpu_key(key)) and not g.process}, key=int)
+
+
+def present(column: Optional[Sequence[float]], samples: Iterable[int]) -> list[float]:
+    """The values of ``column`` (NaN: absent) at ``samples`` that are present."""
+    if column is None:
+        return []
+    return [v for j in samples if (v := column[j]) == v]
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` for a sentence: ``2.4 s``, ``640 s``, ``12 ms``, ``3 µs``.
+
+    Never minutes: a stall said live keeps its words (only its numbers) as it grows.
+    """
+    if seconds >= 1 or seconds == 0:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} \N{MICRO SIGN}s"
+
+
+def where(run: Run, span: Optional[Span]) -> str:
+    """``span`` in words for a sentence: ``steps 120-480`` (an en dash), or seconds in."""
+    if span is None:
+        return "the run"
+    if span.axis == "step":
+        if span.first == span.last:
+            return f"step {span.first:.0f}"
+        return f"steps {span.first:.0f}{DASH}{span.last:.0f}"
+    start = next((t for t in run.time if t is not None), None)
+    if start is None:
+        return "the run"
+    return f"{span.first - start:.0f}{DASH}{span.last - start:.0f} s into the run"
+
+
+def node_runs(run: Run) -> tuple[dict[int, Run], bool]:
+    """Each node's samples as a run of its own: from ``node{k}/`` keys, or the samples' nodes.
+
+    A callback's gather at the logging rank writes ``node{k}/key`` keys into one series
+    (the run's clock and steps are the logging rank's: the second value is True, and
+    the nodes' steps are not their own); several nodes' run files (or one file they all
+    appended to) give samples of several nodes (``run.node``), each with its own clock
+    and steps. Empty where the run has neither, or one node only.
+    """
+    gathered: dict[int, dict[str, array[float]]] = {}
+    for key, column in run.columns.items():
+        split = split_node(key)
+        if split is not None and split.node is not None:
+            gathered.setdefault(split.node, {})[split.key] = column
+    if len(gathered) >= 2:
+        out = {}
+        for k, columns in sorted(gathered.items()):
+            part = Run()
+            part.time, part.monotonic, part.step = run.time, run.monotonic, run.step
+            part.node, part.recording, part.recordings = run.node, run.recording, run.recordings
+            part.columns = columns
+            out[k] = part
+        return out, True
+    nodes = [k for k in run.nodes if k is not None]
+    if len(nodes) < 2:
+        return {}, False
+    return {k: part for k, part in run.by_node() if k is not None}, False

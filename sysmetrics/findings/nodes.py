@@ -1,0 +1,156 @@
+"""The cross-node rule: ``straggler-node``, over each node's series (see :func:`node_runs`)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Optional
+
+from sysmetrics.descriptions import family
+from sysmetrics.findings._base import (
+    MIN_SAMPLES,
+    Finding,
+    duration,
+    gpu_indices,
+    mean,
+    node_runs,
+    present,
+    weighted,
+)
+from sysmetrics.findings.machine import THROTTLE_REASONS, THROTTLE_SHARE, swap_rise, throttled
+from sysmetrics.findings.training import INPUT_CPU_PERCENT, INPUT_SHARE, _steps, _wait_weights
+from sysmetrics.runfile import Run
+
+STRAGGLER_WAIT_POINTS = 15.0  # points: a node's data wait above the other nodes' median by this
+STRAGGLER_RATIO = 1.5  # a node's seconds per step this many times the other nodes' median
+STRAGGLER_POINTS = 25.0  # without step keys: percentage points from the median node's mean
+STRAGGLER_MIN_NODES = 3  # without step keys: nodes needed to name one the odd one out
+
+_NODE_FAMILIES = {"cpu": "cpu", "gpu.{i}.gpu": "gpu"}  # per node: the job's CPU, each GPU
+
+
+def _others(values: dict[int, float], node: int) -> float:
+    return statistics.median(v for k, v in values.items() if k != node)
+
+
+def _explain(part: Run) -> tuple[list[str], dict[str, float]]:
+    """What the node's own numbers say: CPU saturation, throttling, swap."""
+    said: list[str] = []
+    evidence: dict[str, float] = {}
+    cpu = present(part.columns.get("cpu"), range(len(part)))
+    if len(cpu) >= MIN_SAMPLES:
+        busy = sum(1 for v in cpu if v > INPUT_CPU_PERCENT) / len(cpu)
+        evidence["cpu_percent_mean"] = statistics.fmean(cpu)
+        if busy >= INPUT_SHARE:
+            said.append(f"its CPU was above {INPUT_CPU_PERCENT:.0f} % in {busy:.0%} of its samples")
+            evidence["cpu_saturated_share"] = busy
+    for i in gpu_indices(part.columns):
+        for reason, share in throttled(part, i).items():
+            if share > THROTTLE_SHARE:
+                said.append(f"its GPU {i} was slowed by {THROTTLE_REASONS[reason]} in {share:.0%}")
+                evidence[f"gpu{i}_throttle_{reason}_share"] = share
+    first, peak, risen = swap_rise(part)
+    if risen:
+        said.append(f"its swap use rose from {first:.0f} % to {peak:.0f} %")
+        evidence["swap_peak_percent"] = peak
+    return said, evidence
+
+
+def _finding(part: Run, node: int, what: str, evidence: dict[str, float]) -> Finding:
+    said, more = _explain(part)
+    why = f"; on that node {', '.join(said)}" if said else ""
+    return Finding(
+        "straggler-node",
+        f"Node {node} held the others back: {what}{why}.",
+        {"node": float(node), **evidence, **more},
+        part.span(range(len(part))),
+    )
+
+
+def _step_seconds(part: Run, own_steps: bool) -> Optional[float]:
+    """The node's median seconds per step: ``step.seconds``, else between its step changes."""
+    keyed = present(part.columns.get("step.seconds"), range(len(part)))
+    values = keyed or ([p.seconds for p in _steps(part).per_step] if own_steps else [])
+    return statistics.median(values) if len(values) >= MIN_SAMPLES else None
+
+
+def straggler_node(run: Run) -> list[Finding]:
+    """``straggler-node``: the node that holds the others back, with its evidence.
+
+    By data wait (synchronous training: every node's step lasts as long as the slowest
+    node's, and the straggler is the one waiting for its data), else by seconds per step
+    (nodes running apart), else, without step keys, the outlier in the machine numbers.
+    """
+    nodes, gathered = node_runs(run)
+    if len(nodes) < 2:
+        return []
+    had_steps = False
+    waits = {}
+    for k, part in nodes.items():
+        keyed = _wait_weights(part)
+        if len(keyed) >= MIN_SAMPLES:
+            waits[k] = weighted((v, w) for _, v, w in keyed)
+    if len(waits) >= 2:
+        had_steps = True
+        node = max(waits, key=lambda k: waits[k])
+        others = _others(waits, node)
+        if waits[node] - others > STRAGGLER_WAIT_POINTS:
+            return [
+                _finding(
+                    nodes[node],
+                    node,
+                    f"it spent {waits[node]:.0f} % of its step time waiting for data, the "
+                    f"other nodes {others:.0f} % (they wait for it in the collectives)",
+                    {"wait_percent": waits[node], "others_wait_percent": others},
+                )
+            ]
+    seconds = {
+        k: s for k, part in nodes.items() if (s := _step_seconds(part, not gathered)) is not None
+    }
+    if len(seconds) >= 2:
+        had_steps = True
+        node = max(seconds, key=lambda k: seconds[k])
+        others = _others(seconds, node)
+        if others > 0 and seconds[node] >= STRAGGLER_RATIO * others:
+            ratio = seconds[node] / others
+            return [
+                _finding(
+                    nodes[node],
+                    node,
+                    f"its steps took {duration(seconds[node])}, {ratio:.1f} times the other "
+                    f"nodes' {duration(others)}",
+                    {"step_seconds": seconds[node], "others_step_seconds": others, "ratio": ratio},
+                )
+            ]
+    return [] if had_steps else _machine_outlier(nodes)
+
+
+def _machine_outlier(nodes: dict[int, Run]) -> list[Finding]:
+    """Without step keys: a node's mean CPU or GPU utilization far from the median node's."""
+    values: dict[str, dict[int, list[float]]] = {"cpu": {}, "gpu": {}}
+    for k, part in nodes.items():
+        for key, column in part.columns.items():
+            d = family(key)
+            kind = None if d is None else _NODE_FAMILIES.get(d.key)
+            if kind is not None:
+                values[kind].setdefault(k, []).extend(v for v in column if v == v)
+    out = []
+    for kind, by_node in values.items():
+        means = {k: mean(v) for k, v in by_node.items() if len(v) >= MIN_SAMPLES}
+        if len(means) < STRAGGLER_MIN_NODES:
+            continue
+        median = statistics.median(means.values())
+        for node, value in sorted(means.items()):
+            if abs(value - median) > STRAGGLER_POINTS:
+                what = "CPU" if kind == "cpu" else "GPU"
+                side = "below" if value < median else "above"
+                out.append(
+                    Finding(
+                        "straggler-node",
+                        f"Node {node}'s {what} utilization averaged {value:.0f} %, "
+                        f"{abs(value - median):.0f} points {side} the median node "
+                        f"({median:.0f} %): it may hold the others back or do different work.",
+                        {"node": float(node), "mean_percent": value, "median_percent": median},
+                        nodes[node].span(range(len(nodes[node]))),
+                    )
+                )
+    return out

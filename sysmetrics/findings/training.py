@@ -1,0 +1,429 @@
+"""Rules over the training steps: input-bound, stall, slow-steps.
+
+They read the step keys (``step.seconds``, ``step.dataWaitPercent``) where the run has
+them, and the samples' ``step`` and clock otherwise (``sysmetrics.step`` under
+``record``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import NamedTuple, Optional
+
+from sysmetrics.descriptions import family, split_node
+from sysmetrics.findings._base import (
+    MIN_SAMPLES,
+    Finding,
+    clock,
+    cpus,
+    duration,
+    gpu_indices,
+    intervals,
+    mean,
+    parts,
+    present,
+    rates,
+    weighted,
+    where,
+)
+from sysmetrics.findings.machine import DISK_READ_MIB_S, SWAP_KEY, THROTTLE_REASONS
+from sysmetrics.runfile import Run, Span
+
+INPUT_WAIT_PERCENT = 30.0  # %: steps' data wait above this, weighted by their seconds ...
+INPUT_SPAN_SHARE = 0.30  # ... over a stretch of at least this share of the steps' seconds
+INPUT_CPU_PERCENT = 80.0  # %: the job's cpu above this: saturated (both paths)
+INPUT_IDLE_PERCENT = 50.0  # %: the job's cpu below this while waiting: I/O or few workers
+INPUT_GPU_PERCENT = 50.0  # %: without step keys, mean GPU utilization below this ...
+INPUT_SHARE = 0.30  # ... while cpu > INPUT_CPU_PERCENT in at least this share of samples
+
+STALL_SECONDS = 10.0  # s: the step did not advance for at least this long ...
+STALL_SHARE = 0.5  # ... or for this share of the part's duration, at least ...
+STALL_MIN_SECONDS = 3.0  # ... this long; either way at least ...
+STALL_STEP_TIMES = 10.0  # ... this many times the run's median seconds per step
+STALL_IDLE_PERCENT = 10.0  # %: the job's cpu and GPUs below this while stalled: idle
+MAX_STALLS = 5  # stall findings at most (the longest)
+
+SLOW_FACTOR = 3.0  # a step slower than this many times the run's median is slow ...
+SLOW_SHARE = 0.05  # ... in at least this share of the samples (or step changes)
+SPIKE_FACTOR = 2.0  # a key whose mean during slow steps is this many times its median ...
+SPIKE_POINTS = 20.0  # ... (a % key: this many points above it) coincided with them
+SPIKE_DISK_MIB_S = 10.0  # MiB/s: a disk read rate that coincides is at least this
+
+
+class _Stretch(NamedTuple):
+    """Samples of one part where the step stayed at ``step``: ``first``..``last``."""
+
+    step: int
+    first: int  # the first sample with the step
+    last: int  # the last sample with it
+    seconds: float  # from the first to the last: it did not advance for at least this
+    part_seconds: float  # the part's duration
+    ended: bool  # the part ended in it
+
+
+class _Pace(NamedTuple):
+    """The seconds per step from one step change to the next, in the samples' steps."""
+
+    first: int  # the sample where the step appeared (its step is the one timed)
+    covered: list[int]  # the samples whose metrics cover that time (after first, to the next)
+    seconds: float  # s per step: at most this (from its first sample to the next step's)
+    least: float  # s per step at least (to the last sample with the step)
+
+
+class _Steps(NamedTuple):
+    stretches: list[_Stretch]
+    per_step: list[_Pace]
+
+
+def _steps(run: Run) -> _Steps:
+    """The stretches of unchanged step and the seconds per step between changes (one pass)."""
+    stretches: list[_Stretch] = []
+    per_step: list[_Pace] = []
+    for part in parts(run):
+        # (position in the part, step, seconds) of the samples with a step and a clock
+        known = [
+            (n, step, t)
+            for n, (j, t) in enumerate(zip(part, clock(run, part)))
+            if (step := run.step[j]) is not None and t is not None
+        ]
+        if not known:
+            continue
+        total = known[-1][2] - known[0][2]
+        first = prev = known[0]
+        for item in known[1:]:
+            n, step, t = item
+            if step != first[1]:
+                seconds = prev[2] - first[2]
+                stretches.append(
+                    _Stretch(first[1], part[first[0]], part[prev[0]], seconds, total, False)
+                )
+                if step > first[1] and t > first[2]:
+                    pace = (t - first[2]) / (step - first[1])
+                    least = (prev[2] - first[2]) / (step - first[1])
+                    covered = part[first[0] + 1 : n + 1]
+                    per_step.append(_Pace(part[first[0]], covered, pace, least))
+                first = item
+            prev = item
+        seconds = prev[2] - first[2]
+        stretches.append(_Stretch(first[1], part[first[0]], part[prev[0]], seconds, total, True))
+    return _Steps(stretches, per_step)
+
+
+def _stalled(seconds: float, part_seconds: float, median: Optional[float]) -> bool:
+    """Whether ``seconds`` without a new step is a stall (see the thresholds)."""
+    if median is not None and seconds < STALL_STEP_TIMES * median:
+        return False
+    return seconds >= STALL_SECONDS or (
+        seconds >= STALL_MIN_SECONDS and seconds >= STALL_SHARE * part_seconds
+    )
+
+
+def _median_step(run: Run, steps: _Steps) -> Optional[float]:
+    """The run's median seconds per step: of ``step.seconds``, else between step changes."""
+    keyed = present(run.columns.get("step.seconds"), range(len(run)))
+    values = keyed or [p.seconds for p in steps.per_step]
+    return statistics.median(values) if values else None
+
+
+def _machine(run: Run, samples: Sequence[int]) -> tuple[float, float]:
+    """The job's mean ``cpu`` and mean GPU utilization over ``samples`` (NaN: unknown)."""
+    gpus = run.job_gpu_percent
+    return (
+        mean(present(run.columns.get("cpu"), samples)),
+        mean(g for j in samples if (g := gpus[j]) is not None),
+    )
+
+
+def stall(run: Run) -> list[Finding]:
+    """``stall``: the step did not advance for a long time, and what the job did meanwhile."""
+    steps = _steps(run)
+    median = _median_step(run, steps)
+    found = [s for s in steps.stretches if _stalled(s.seconds, s.part_seconds, median)]
+    found = sorted(sorted(found, key=lambda s: -s.seconds)[:MAX_STALLS], key=lambda s: s.first)
+    start = next((t for t in run.time if t is not None), None)
+    out = []
+    for s in found:
+        mine = (run.node[s.first], run.recording[s.first])  # its part's samples only
+        samples = [j for j in range(s.first, s.last + 1) if (run.node[j], run.recording[j]) == mine]
+        # The first sample's values cover the time before it, when the step still moved.
+        cpu, gpu = _machine(run, samples[1:] or samples)
+        r = run.recording[s.first]
+        end = run.recordings[r].end if r >= 0 else None
+        finished = end is not None and (
+            end.get("exit_status") == 0 or end.get("status") == "finished"
+        )
+        evidence = {
+            "step": float(s.step),
+            "seconds": s.seconds,
+            "share": s.seconds / s.part_seconds if s.part_seconds > 0 else 1.0,
+            "ended_stalled": float(s.ended and not finished),
+        }
+        if median is not None:
+            evidence["median_step_seconds"] = median
+        t0 = run.time[s.first]
+        if start is not None and t0 is not None:
+            evidence["from_seconds"] = t0 - start
+        said = []
+        if cpu == cpu:
+            evidence["cpu_percent_mean"] = cpu
+            said.append(f"the job's CPU was {cpu:.0f} % busy")
+        if gpu == gpu:
+            evidence["gpu_percent_mean"] = gpu
+            said.append(f"its GPUs {gpu:.0f} %")
+        idle = cpu == cpu and cpu < STALL_IDLE_PERCENT and not gpu >= STALL_IDLE_PERCENT
+        meanwhile = ""
+        if said:
+            cause = (
+                "a hang or a deadlock (a collective waiting for a peer, a lock, a stuck "
+                "data worker)"
+                if idle
+                else "work outside the steps (a long evaluation, a checkpoint, data "
+                "preparation) or a busy wait"
+            )
+            meanwhile = f"; meanwhile {' and '.join(said)}: likely {cause}"
+        into = (
+            ""
+            if "from_seconds" not in evidence
+            else f", from {evidence['from_seconds']:.0f} s into the run"
+        )
+        ending = ""
+        if s.ended:  # to the part's last sample: the run ended there, or it is still stalled
+            if end is None:  # live, or killed without an end line
+                ending = ", still at the last sample"
+            elif finished:
+                ending = ", until the run finished"
+            else:
+                ending = ", until the run ended stalled (killed, failed or timed out)"
+        out.append(
+            Finding(
+                "stall",
+                f"The step stayed at {s.step} for {duration(s.seconds)} "
+                f"({evidence['share']:.0%} of the run{into}){ending}{meanwhile}.",
+                evidence,
+                run.span(samples),
+            )
+        )
+    return out
+
+
+def _coincided(
+    run: Run, slow: Sequence[int], rest: Sequence[int]
+) -> tuple[list[str], dict[str, float]]:
+    """What was different during the ``slow`` samples from the ``rest``: words and numbers."""
+    said: list[str] = []
+    evidence: dict[str, float] = {}
+    disk = rates(run, "disk.in")
+    during = mean(r for j in slow if (r := disk[j]) is not None)
+    usual = [r for j in rest if (r := disk[j]) is not None]
+    base = statistics.median(usual) if usual else 0.0
+    if during == during and during >= max(SPIKE_FACTOR * base, SPIKE_DISK_MIB_S):
+        said.append(f"disk reads at {during:.0f} MiB/s (elsewhere {base:.0f})")
+        evidence["disk_read_mib_s"] = during
+    swap_column = run.columns.get(SWAP_KEY)
+    swap_during, swap_rest = present(swap_column, slow), present(swap_column, rest)
+    if swap_during and swap_rest:
+        rise = mean(swap_during) - statistics.median(swap_rest)
+        if rise > 1.0:
+            said.append(f"swap use {rise:.0f} points higher")
+            evidence["swap_rise_points"] = rise
+    for i in gpu_indices(run.columns):
+        for reason, words in THROTTLE_REASONS.items():
+            column = run.columns.get(f"gpu.{i}.throttle.{reason}")
+            share = mean(present(column, slow))
+            if share == share and share > mean(present(column, rest)) + 0.25:
+                said.append(f"GPU {i} slowed by {words} in {share:.0%} of them")
+                evidence[f"gpu{i}_throttle_{reason}_share"] = share
+    best: Optional[tuple[float, str, float, float, str]] = None
+    for key, column in run.columns.items():
+        d = family(key)
+        if (
+            d is None
+            or d.kind != "gauge"
+            or key.startswith(("step.", "gpu.process."))
+            or ".throttle." in key
+            or key == SWAP_KEY
+            or split_node(key) is not None
+        ):
+            continue
+        during_values, rest_values = present(column, slow), present(column, rest)
+        if not during_values or not rest_values:
+            continue
+        value, usual_value = max(during_values), statistics.median(rest_values)
+        if d.unit == "%":
+            score = (value - usual_value) / SPIKE_POINTS
+        else:
+            score = value / (SPIKE_FACTOR * usual_value) if usual_value > 0 else 0.0
+        if score >= 1.0 and (best is None or score > best[0]):
+            best = (score, key, value, usual_value, d.unit)
+    if best is not None:
+        _, key, value, usual_value, unit = best
+        said.append(f"{key} peaked at {value:.3g} {unit} (elsewhere {usual_value:.3g})")
+        evidence["spike_value"], evidence["spike_usual"] = value, usual_value
+    return said, evidence
+
+
+def slow_steps(run: Run) -> list[Finding]:
+    """``slow-steps``: steps much slower than the run's median, and what coincided."""
+    column = run.columns.get("step.seconds")
+    paces: list[_Pace]
+    if column is not None and any(v == v for v in column):
+        paces = [_Pace(j, [j], v, v) for j, v in enumerate(column) if v == v]
+        source = "samples"
+    else:
+        steps = _steps(run)
+        median_step = _median_step(run, steps)
+        stalls = {
+            s.first for s in steps.stretches if _stalled(s.seconds, s.part_seconds, median_step)
+        }
+        paces = [p for p in steps.per_step if p.first not in stalls]  # the stall rule's
+        source = "step changes of the samples"
+    if len(paces) < MIN_SAMPLES:
+        return []
+    # The median of the longest each step may have taken, and slow where even the shortest
+    # is over the factor: the samples' resolution never makes a step look slow.
+    median = statistics.median(p.seconds for p in paces)
+    slow = [p for p in paces if p.least > SLOW_FACTOR * median]
+    if not median > 0 or not slow or len(slow) < SLOW_SHARE * len(paces):
+        return []
+    during = sorted({j for p in slow for j in p.covered})
+    chosen = set(during)
+    rest = [j for p in paces for j in p.covered if j not in chosen]
+    slowest = max(p.least for p in slow)
+    said, evidence = _coincided(run, during, rest)
+    span = run.span([p.first for p in slow])
+    coincided = f"; at the same time: {'; '.join(said)}" if said else ""
+    return [
+        Finding(
+            "slow-steps",
+            f"Steps took over {SLOW_FACTOR:g} times the run's median {duration(median)} per "
+            f"step in {len(slow)} of {len(paces)} {source} (the slowest at least "
+            f"{duration(slowest)} per step; "
+            f"{where(run, span)}){coincided}.",
+            {
+                "median_seconds": median,
+                "slowest_seconds": slowest,
+                "slow_samples": float(len(slow)),
+                "samples": float(len(paces)),
+                **evidence,
+            },
+            span,
+        )
+    ]
+
+
+def _wait_weights(run: Run) -> list[tuple[int, float, float]]:
+    """``(sample, step.dataWaitPercent, weight)``: the seconds of steps each sample closed.
+
+    A sample's step keys cover the steps completed since the previous sample: about the
+    longer of the sampling interval and one step (``step.seconds``).
+    """
+    wait = run.columns.get("step.dataWaitPercent")
+    if wait is None:
+        return []
+    seconds = run.columns.get("step.seconds")
+    dt = intervals(run)
+    out = []
+    for j, w in enumerate(wait):
+        if w != w:
+            continue
+        step = seconds[j] if seconds is not None and seconds[j] == seconds[j] else 0.0
+        weight = max(dt[j] or 0.0, step)
+        if weight > 0:
+            out.append((j, w, weight))
+    return out
+
+
+def input_bound(run: Run) -> list[Finding]:
+    """``input-bound``: the loop waited for data a large share of the time.
+
+    From ``step.dataWaitPercent`` where the run has it; otherwise the job's GPUs mostly
+    idle while its CPU is saturated.
+    """
+    keyed = _wait_weights(run)
+    if not keyed:
+        return _input_bound_machine(run)
+    if len(keyed) < MIN_SAMPLES:
+        return []
+    over = [n for n, (_, w, _) in enumerate(keyed) if w > INPUT_WAIT_PERCENT]
+    if not over:
+        return []
+    stretch = keyed[over[0] : over[-1] + 1]
+    share = sum(w for _, _, w in stretch) / sum(w for _, _, w in keyed)
+    wait = weighted((v, w) for _, v, w in stretch)
+    if share < INPUT_SPAN_SHARE or not wait > INPUT_WAIT_PERCENT:
+        return []
+    samples = [j for j, _, _ in stretch]
+    cpu = mean(present(run.columns.get("cpu"), samples))
+    read = rates(run, "disk.in")
+    disk = mean(r for j in samples if (r := read[j]) is not None)
+    n, source = cpus(run)
+    mine = f"the job's {n:g} CPUs" if n is not None and source == "run" else "the job's CPUs"
+    evidence = {"wait_percent": wait, "share": share, "samples": float(len(stretch))}
+    if cpu == cpu:
+        evidence["cpu_percent_mean"] = cpu
+    if disk == disk:
+        evidence["disk_read_mib_s"] = disk
+    if cpu > INPUT_CPU_PERCENT:
+        cause = f" while {mine} were saturated ({cpu:.0f} %); more DataLoader workers will not help"
+    elif disk > DISK_READ_MIB_S:
+        cause = f" while reading from disk at {disk:.0f} MiB/s: the disk is likely the limit"
+    elif cpu < INPUT_IDLE_PERCENT:
+        cause = (
+            f" while {mine} were only {cpu:.0f} % busy: the loader waits on I/O (disk, "
+            "network) or has too few workers"
+        )
+    else:
+        cause = ""
+    span = run.span(samples)
+    return [
+        Finding(
+            "input-bound",
+            f"{_steps_words(run, span)} spent {wait:.0f} % of their time waiting for data{cause}.",
+            evidence,
+            span,
+        )
+    ]
+
+
+def _steps_words(run: Run, span: Optional[Span]) -> str:
+    """The steps of ``span``, to start a sentence: ``Steps 120-480`` (an en dash)."""
+    if span is not None and span.axis == "step":
+        return "S" + where(run, span)[1:]
+    if span is None:
+        return "The steps"
+    return f"The steps {where(run, span)}"
+
+
+def _input_bound_machine(run: Run) -> list[Finding]:
+    """``input-bound`` without step keys: the job's GPUs mostly idle, its CPU saturated."""
+    cpu = run.columns.get("cpu")
+    if cpu is None:
+        return []
+    pairs = [
+        (j, gpu, cpu[j])
+        for j, gpu in enumerate(run.job_gpu_percent)
+        if gpu is not None and cpu[j] == cpu[j]
+    ]
+    if len(pairs) < MIN_SAMPLES:
+        return []
+    gpu_mean = statistics.fmean(gpu for _, gpu, _ in pairs)
+    busy = [j for j, _, c in pairs if c > INPUT_CPU_PERCENT]
+    share = len(busy) / len(pairs)
+    if gpu_mean >= INPUT_GPU_PERCENT or share < INPUT_SHARE:
+        return []
+    return [
+        Finding(
+            "input-bound",
+            f"The GPUs waited on the CPU: they were busy {gpu_mean:.0f} % of the time on "
+            f"average while the job's CPU was above {INPUT_CPU_PERCENT:.0f} % in "
+            f"{share:.0%} of the samples; data loading or preprocessing is likely the "
+            "bottleneck.",
+            {
+                "gpu_mean_percent": gpu_mean,
+                "cpu_saturated_share": share,
+                "samples": float(len(pairs)),
+            },
+            run.span(busy),
+        )
+    ]
