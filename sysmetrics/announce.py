@@ -22,13 +22,14 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Optional
 
 from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Sample
 from sysmetrics.runfile import Recording, Run
+from sysmetrics.sinks.jsonl import available_cpus
 
 LIVE_EVERY = 30.0  # s between two evaluations of the rules
 LIVE_FIRST = 20.0  # s after the start before the first one
@@ -58,8 +59,6 @@ class LiveFindings:
     Args:
         monitor: the monitor whose samples the rules read (a reader of its own).
         say: called with each line, on this object's thread (or in :meth:`close`).
-        run: the ``run`` line's fields of this recording (``cpus``, ``node``, ... where
-            the rules use them), as a run file would have them.
         every: seconds between two evaluations (None: ``LIVE_EVERY``, read then).
         first: seconds before the first evaluation (None: ``LIVE_FIRST``, read then).
 
@@ -69,13 +68,17 @@ class LiveFindings:
         self,
         monitor: SystemMonitor,
         say: Callable[[str], None],
-        run: Optional[Mapping[str, object]] = None,
         every: Optional[float] = None,
         first: Optional[float] = None,
     ) -> None:
         self._say = say
         self._every = LIVE_EVERY if every is None else every
-        self._header = dict(run or {})
+        # The run line's fields the rules read, as the monitor's run file would have them.
+        self._header = {
+            "pid": monitor.pid,
+            "interval": monitor.interval,
+            "cpus": available_cpus(monitor),
+        }
         self._reader = monitor.reader(buffer=LIVE_BUFFER)
         self._run = self._new_run([])
         self._kept: list[Sample] = []

@@ -281,8 +281,7 @@ class CallbackCore:
                 if sample:
                     self._open(run, own, run_dir, step)
                     if say is not None and self.live_findings and run.monitor is not None:
-                        header = {"pid": run.monitor.pid, "interval": run.monitor.interval}
-                        run.findings = LiveFindings(run.monitor, say, run=header).start()
+                        run.findings = LiveFindings(run.monitor, say).start()
                 elif own is not None:
                     own.stop()  # frees what its collectors opened
                 if watch is not None:

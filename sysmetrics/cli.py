@@ -375,9 +375,7 @@ def _watch(
         ending: dict[str, Any] = {}  # how the command ended, for the run file's end line
         stack.callback(lambda: sink.close(end=ending))
         if args.live_findings:  # closed after the last sample, before the sink
-            told = LiveFindings(
-                monitor, _say, run={"pid": monitor.pid, "interval": monitor.interval}
-            )
+            told = LiveFindings(monitor, _say)
             stack.callback(told.close)
         stack.callback(monitor.stop)  # the last sample, with the last step, then the sink
         steps = _StepReader(monitor, step_file)

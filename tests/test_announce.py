@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +96,78 @@ def test_failing_rules_stop_the_announcing_with_one_warning(
             time.sleep(0.2)
             live.close()
     assert len(calls) == 1 and lines == []
+
+
+LIGHTNING_JOB = """
+import logging, sys, time
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, Dataset
+
+import sysmetrics.announce
+from sysmetrics.integrations.lightning import SystemMetricsCallback
+
+sysmetrics.announce.LIVE_FIRST = sysmetrics.announce.LIVE_EVERY = 1.0  # not 20 s, 30 s
+
+class Slow(Dataset):
+    def __len__(self):
+        return 400
+
+    def __getitem__(self, i):
+        time.sleep(0.02)  # each batch of 1 waits 20 ms for its item
+        return torch.ones(4), torch.ones(1)
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, i):
+        time.sleep(0.005)
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+class End(pl.Callback):  # before sysmetrics' callback: says when training ended
+    def on_train_end(self, trainer, module):
+        logging.getLogger("lightning.pytorch").info("TRAINING ENDED")
+
+trainer = pl.Trainer(
+    max_epochs=1, max_time={"seconds": 8}, accelerator="cpu", devices=1,
+    logger=CSVLogger(sys.argv[1]), log_every_n_steps=10,
+    callbacks=[End(), SystemMetricsCallback(interval=0.1, live_findings=sys.argv[2] == "on")],
+    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+)
+trainer.fit(Model(), DataLoader(Slow(), batch_size=1))
+"""
+
+
+@pytest.mark.parametrize("live", ["on", "off"])
+def test_a_real_lightning_run_with_a_slow_dataset_is_told_input_bound_once(
+    tmp_path: Path, live: str
+) -> None:
+    """The line reaches Lightning's console during training, once; off, the console is
+    as it is without sysmetrics."""
+    pytest.importorskip("lightning")
+    script = tmp_path / "job.py"
+    script.write_text(LIGHTNING_JOB)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), live],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    console = (done.stdout + done.stderr).splitlines()
+    told = [line for line in console if line.startswith("sysmetrics: ")]
+    ended = console.index("TRAINING ENDED")
+    if live == "off":
+        assert told == []
+        return
+    input_bound = [line for line in told if "waiting for data" in line]
+    assert len(input_bound) == 1, told
+    assert console.index(input_bound[0]) < ended, "said after training, not during it"
+    assert len(told) == len(set(told))

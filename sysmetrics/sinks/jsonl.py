@@ -42,7 +42,7 @@ def line(sample: Sample, node: Optional[int] = None) -> bytes:
     return runfile.sample_line(sample.time, sample.monotonic, sample.step, sample.values, node)
 
 
-def _available_cpus(monitor: SystemMonitor) -> Optional[float]:
+def available_cpus(monitor: SystemMonitor) -> Optional[float]:
     """The CPUs available to the job now (its ``cpu`` key's 100 %), where the monitor knows."""
     for collector in monitor.collectors:
         if isinstance(collector, ProcessCollector):
@@ -126,7 +126,7 @@ class JsonlSink:
             pid=monitor.pid,
             start=round(time.time(), 6),
             interval=monitor.interval,
-            cpus=_available_cpus(monitor),
+            cpus=available_cpus(monitor),
             version=runfile.version(),
         )
         self._end: dict[str, Any] = {}
