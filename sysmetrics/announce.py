@@ -41,7 +41,10 @@ MAX_LINE = 400  # characters of one announced line at most
 
 PREFIX = "sysmetrics: "
 # A number that is not a name's (GPU 1, node 2, gpu.3, node0): what changes as a run goes on.
-_NUMBERS = re.compile(r"(?<![0-9.,:])(?<!GPU )(?<!node )(?<!gpu\.)(?<!node)[0-9][0-9.,:]*")
+_NUMBERS = re.compile(r"(?<![0-9.,:])(?<!gpu )(?<!node )(?<!gpu\.)(?<!node)[0-9][0-9.,:]*")
+_UNIT = re.compile(r"#\s*(?:ms|s|min|h|%)(?![a-z])")
+_RANGE = re.compile(r"#\s*[\u2013-]\s*#")  # an en dash or a hyphen
+_PLURAL = re.compile(r"\b([a-z]+?)s\b")
 
 
 def identity(rule: str, sentence: str) -> str:
@@ -50,7 +53,10 @@ def identity(rule: str, sentence: str) -> str:
     Its numbers (a span, a share) may change; the names of what it is about may not:
     ``GPU 1`` and ``node 2`` are other findings than ``GPU 0`` and ``node 1``.
     """
-    return rule + "|" + _NUMBERS.sub("#", sentence)
+    words = _NUMBERS.sub("#", sentence.lower())
+    words = _UNIT.sub("#", words)  # 800 ms, later 1.2 s: one measure
+    words = _RANGE.sub("#", words)  # step 5, later steps 5-9
+    return rule + "|" + _PLURAL.sub(r"\1", words)
 
 
 class LiveFindings:

@@ -73,6 +73,11 @@ def test_identity_keeps_names_and_drops_measures() -> None:
     b = identity("gpu-throttling", "GPU 1 was held down in 31 % of samples, steps 10-400")
     c = identity("gpu-throttling", "GPU 0 was held down in 12 % of samples, steps 10-40")
     assert a == b != c
+    grown = identity("stall", "The step stayed at 124 for 800 ms")
+    assert grown == identity("stall", "The step stayed at 124 for 1.2 s")
+    early = identity("input-bound", "Steps 2-38 spent 75 % of their time waiting")
+    assert early == identity("input-bound", "Steps 2-400 spent 61 % of their time waiting")
+    assert identity("stall", "Step 5 stalled") == identity("stall", "Steps 5-9 stalled")
     assert identity("straggler-node", "node 1 waited 40 %") != identity(
         "straggler-node", "node 2 waited 40 %"
     )
