@@ -278,6 +278,16 @@ def slow_steps(run: Run) -> list[Finding]:
         }
         paces = [p for p in steps.per_step if p.first not in stalls]  # the stall rule's
         source = "step changes of the samples"
+    # Each recording's first steps are its warm-up (compilation, the first batch, the
+    # workers starting): never slow steps.
+    firsts: set[int] = set()
+    warm = []
+    for p in paces:
+        if run.recording[p.first] not in firsts:
+            firsts.add(run.recording[p.first])
+            continue
+        warm.append(p)
+    paces = warm
     if len(paces) < MIN_SAMPLES:
         return []
     # The median of the longest each step may have taken, and slow where even the shortest
