@@ -73,8 +73,11 @@ def tree(pid: int) -> list[int]:
     out, i = [pid], 0
     while i < len(out):
         for task in os.listdir(f"/proc/{out[i]}/task"):
-            with open(f"/proc/{out[i]}/task/{task}/children", encoding="ascii") as f:
-                out += [int(c) for c in f.read().split()]
+            try:
+                with open(f"/proc/{out[i]}/task/{task}/children", encoding="ascii") as f:
+                    out += [int(c) for c in f.read().split()]
+            except FileNotFoundError:  # the thread ended since the listing
+                continue
         i += 1
     return out
 
