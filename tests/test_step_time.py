@@ -11,6 +11,7 @@ batch logs and CSVLogger file) at the loss steps.
 from __future__ import annotations
 
 import csv
+import inspect
 import json
 import os
 import statistics
@@ -46,14 +47,19 @@ def data(batches: int) -> TensorDataset:
 
 
 def check_points(
-    points: Iterable[Mapping[str, Any]], per_step: float, prefix: str, skip: int = 1
+    points: Iterable[Mapping[str, Any]],
+    per_step: float,
+    prefix: str,
+    skip: int = 1,
+    waits: float | None = None,
 ) -> int:
     """The points' step keys against the sleeps; returns how many points were checked.
 
     The first ``skip`` points with step keys are left out: the first step carries the
     framework's one-off work (Lightning's and the Trainer's first backward and optimizer
     step; accelerate's loader fetches two batches at its first ``next``), which is true
-    but not the sleeps'.
+    but not the sleeps'. ``waits``: the seconds of each step spent between steps, where
+    not every fetch is (all of them by default).
     """
     n = 0
     for point in points:
@@ -68,8 +74,9 @@ def check_points(
         wait = float(point[prefix + "step.dataWaitPercent"])
         throughput = float(point[prefix + "step.samplesPerSecond"])
         batches = round(per_step / (FETCH + COMPUTE))
+        waited = batches * FETCH if waits is None else waits
         assert abs(seconds - per_step) <= 0.2 * per_step, point
-        assert abs(wait - 100 * FETCH / (FETCH + COMPUTE)) <= 10, point
+        assert abs(wait - 100 * waited / per_step) <= 10, point
         # Samples over the same seconds: the batch size over the step time (the window's
         # weighting of both by seconds keeps them consistent to rounding).
         assert abs(throughput - batches * BATCH / seconds) <= 0.05 * throughput, point
@@ -198,7 +205,17 @@ def test_transformers_step_time_and_data_wait(tmp_path: Path, accumulate: int) -
     timed = [h for h in history if "system/step.seconds" in h]
     assert all("loss" in h for h in timed), history
     per_step = accumulate * (FETCH + COMPUTE)
-    assert check_points(timed, per_step, "system/") >= 2, history
+    # Before 4.46 the Trainer fetched each micro-batch after an optimizer step's first
+    # inside the step (docs/callbacks.md): only the first fetch is between steps.
+    version = tuple(int(p) for p in transformers_version().split(".")[:2])
+    waits = FETCH if version < (4, 46) else None
+    assert check_points(timed, per_step, "system/", waits=waits) >= 2, history
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
 
 
 # ---- Keras -------------------------------------------------------------------------------
@@ -215,9 +232,8 @@ def keras_fit(tmp_path: Path, callback: Any, accumulate: int = 1) -> tuple[list[
     model = keras.Sequential(
         [keras.Input((8,)), keras.layers.Lambda(sleepy), keras.layers.Dense(1)]
     )
-    optimizer = keras.optimizers.SGD(
-        gradient_accumulation_steps=accumulate if accumulate > 1 else None
-    )
+    accumulating = {"gradient_accumulation_steps": accumulate} if accumulate > 1 else {}
+    optimizer = keras.optimizers.SGD(**accumulating)
     model.compile(optimizer=optimizer, loss="mse")
     seen: list[dict[str, Any]] = []
     recorder = keras.callbacks.LambdaCallback(
@@ -234,9 +250,15 @@ def keras_fit(tmp_path: Path, callback: Any, accumulate: int = 1) -> tuple[list[
 
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_keras_step_time_and_data_wait(tmp_path: Path, accumulate: int) -> None:
-    pytest.importorskip("keras", reason="needs the [keras] extra")
+    keras = pytest.importorskip("keras", reason="needs the [keras] extra")
     from sysmetrics.integrations.keras import SystemMetricsCallback
 
+    if (
+        accumulate > 1
+        and "gradient_accumulation_steps"
+        not in inspect.signature(keras.optimizers.Optimizer.__init__).parameters
+    ):
+        pytest.skip(f"Keras {keras.__version__} has no gradient_accumulation_steps")
     cb = SystemMetricsCallback(interval=INTERVAL, logging_interval="step", log_every_n_steps=4)
     seen, log = keras_fit(tmp_path, cb, accumulate)
     per_step = accumulate * (FETCH + COMPUTE)
