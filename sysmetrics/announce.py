@@ -40,6 +40,7 @@ CLOSE_WAIT = 2.0  # s close() waits for the last evaluation
 MAX_LINE = 400  # characters of one announced line at most
 
 PREFIX = "sysmetrics: "
+EVENTS = ("stall",)  # rules whose findings are events: each start is another finding
 # A number that is not a name's (GPU 1, node 2, gpu.3, node0): what changes as a run goes on.
 _NUMBERS = re.compile(r"(?<![0-9.,:])(?<!gpu )(?<!node )(?<!gpu\.)(?<!node)[0-9][0-9.,:]*")
 _UNIT = re.compile(r"#\s*(?:ms|s|min|h|%)(?![a-z])")
@@ -47,16 +48,18 @@ _RANGE = re.compile(r"#\s*[\u2013-]\s*#")  # an en dash or a hyphen
 _PLURAL = re.compile(r"\b([a-z]+?)s\b")
 
 
-def identity(rule: str, sentence: str) -> str:
+def identity(rule: str, sentence: str, at: Optional[float] = None) -> str:
     """What makes a finding the same finding later in the run: its rule, its words.
 
     Its numbers (a span, a share) may change; the names of what it is about may not:
-    ``GPU 1`` and ``node 2`` are other findings than ``GPU 0`` and ``node 1``.
+    ``GPU 1`` and ``node 2`` are other findings than ``GPU 0`` and ``node 1``; nor
+    where an event began (``at``: a stall's first step), so a second stall is told too.
     """
     words = _NUMBERS.sub("#", sentence.lower())
     words = _UNIT.sub("#", words)  # 800 ms, later 1.2 s: one measure
     words = _RANGE.sub("#", words)  # step 5, later steps 5-9
-    return rule + "|" + _PLURAL.sub(r"\1", words)
+    where = "" if at is None else f"@{at:g}"
+    return rule + where + "|" + _PLURAL.sub(r"\1", words)
 
 
 class LiveFindings:
@@ -160,7 +163,8 @@ class LiveFindings:
             try:
                 found = findings.findings(self._run)
                 for f in found:
-                    key = identity(f.rule, f.sentence)
+                    at = f.span.first if f.rule in EVENTS and f.span is not None else None
+                    key = identity(f.rule, f.sentence, at)
                     if key in self._said:
                         continue
                     self._said.add(key)

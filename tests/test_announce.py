@@ -78,6 +78,9 @@ def test_identity_keeps_names_and_drops_measures() -> None:
     early = identity("input-bound", "Steps 2-38 spent 75 % of their time waiting")
     assert early == identity("input-bound", "Steps 2-400 spent 61 % of their time waiting")
     assert identity("stall", "Step 5 stalled") == identity("stall", "Steps 5-9 stalled")
+    first = identity("stall", "The step stayed at 100 for 12 s", at=100)
+    assert first == identity("stall", "The step stayed at 100 for 40 s", at=100)
+    assert first != identity("stall", "The step stayed at 500 for 12 s", at=500)
     assert identity("straggler-node", "node 1 waited 40 %") != identity(
         "straggler-node", "node 2 waited 40 %"
     )
