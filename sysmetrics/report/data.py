@@ -447,19 +447,7 @@ def axis(run: Run, x: str = "step") -> Axis:
     stalls: tuple[Stall, ...] = ()
     if found is not None:
         first, _per_step, stalled, tail = found
-        stalls = tuple(
-            Stall(
-                a,
-                b,
-                int(steps[a]),
-                None if end else int(steps[b]),
-                float(seconds[b] - seconds[a]),
-                float(seconds[a]),
-                float(timed[a]),
-                float(timed[b]),
-            )
-            for a, b, end in _stall_pairs(first, stalled, tail, len(seconds))
-        )
+        stalls = _stalls(first, stalled, tail, len(seconds), steps, seconds, timed)
     return Axis(timed, f"elapsed time ({unit})", 0, begins, stalls, 0, (), steps, epoch)
 
 
@@ -494,6 +482,31 @@ def _steps_seen(
         and tail >= STALL_FACTOR * per_step
     )
     return first, per_step, stalled, bool(tail_stalled)
+
+
+def _stalls(
+    first: np.ndarray[Any, Any],
+    stalled: np.ndarray[Any, Any],
+    tail: bool,
+    n: int,
+    steps: np.ndarray[Any, Any],
+    seconds: np.ndarray[Any, Any],
+    x: np.ndarray[Any, Any],
+) -> tuple[Stall, ...]:
+    """The stalls of :func:`_stall_pairs`, placed at ``x`` on the figures' axis."""
+    return tuple(
+        Stall(
+            a,
+            b,
+            int(steps[a]),
+            None if end else int(steps[b]),
+            float(seconds[b] - seconds[a]),
+            float(seconds[a]),
+            float(x[a]),
+            float(x[b]),
+        )
+        for a, b, end in _stall_pairs(first, stalled, tail, n)
+    )
 
 
 def _stall_pairs(
@@ -550,19 +563,7 @@ def _step_axis(
         beyond = seconds > cut
     x[beyond] = np.nan
     x[np.isnan(seconds)] = np.nan
-    stalls = tuple(
-        Stall(
-            a,
-            b,
-            int(steps[a]),
-            None if end_ else int(steps[b]),
-            float(seconds[b] - seconds[a]),
-            float(seconds[a]),
-            float(x[a]),
-            float(x[b]),
-        )
-        for a, b, end_ in _stall_pairs(first, stalled, tail, last + 1)
-    )
+    stalls = _stalls(first, stalled, tail, last + 1, steps, seconds, x)
     return Axis(x, "step", int(first[0]), begins, stalls, int(beyond.sum()), tuple(shifts),
                 steps, epoch)  # fmt: skip
 
