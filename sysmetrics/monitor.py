@@ -41,7 +41,7 @@ from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.host import Job
 from sysmetrics.options import MONITOR_OPTIONS, CollectorOptions
 from sysmetrics.reader import Reader, Sample, Series
-from sysmetrics.steptime import StepCollector, TotalsSource
+from sysmetrics.steptime import ENERGY_SUFFIX, StepCollector, TotalsSource
 
 log = logging.getLogger("sysmetrics")
 
@@ -350,8 +350,16 @@ class SystemMonitor(_Readers):
         results: list[tuple[Collector, list[tuple[str, float]]]] = []
         failed: list[tuple[Collector, str]] = []
         for c in list(self._collectors):
-            if c is self._steps:  # the last: it takes this tick's energy counters
-                self._steps.observe({k: v for _, checked in results for k, v in checked})
+            if c is self._steps and self.step_timing is not None:
+                # The last: it takes this tick's energy counters (only where steps are timed).
+                self._steps.observe(
+                    {
+                        k: v
+                        for _, checked in results
+                        for k, v in checked
+                        if k.endswith(ENERGY_SUFFIX)
+                    }
+                )
             self._busy = (c, clock.monotonic())
             try:
                 values: object = c.sample()
