@@ -34,6 +34,7 @@ import socketserver
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -56,6 +57,10 @@ DEFAULT_PORT = 9464  # the port OpenTelemetry's Prometheus exporters use
 DEFAULT_ADDR = "127.0.0.1"
 PREFIX = "sysmetrics_"
 REQUEST_TIMEOUT = 10.0  # s a scrape connection may stay silent before it is dropped
+REQUEST_DEADLINE = 30.0  # s a scrape connection may last in all (a client dribbling bytes)
+SOMAXCONN = "/proc/sys/net/core/somaxconn"  # the system's cap on a listen queue (Linux)
+LISTEN_BACKLOG_FALLBACK = 4096  # connections queued to be accepted where SOMAXCONN is unread
+MAX_LISTEN_BACKLOG = 65535  # connections queued to be accepted, at most
 CLOSE_WAIT = 1.0  # s close() waits for the requests in flight, once their sockets are shut
 MAX_CACHED_KEYS = 10_000  # keys whose series are remembered between scrapes
 MAX_LOGGED_KEYS = 100  # undescribed keys logged (one debug line each)
@@ -223,14 +228,41 @@ class _Handler(WSGIRequestHandler):
         """Log nothing: a scrape every few seconds is not news."""
 
 
+def listen_backlog(path: str | os.PathLike[str] = SOMAXCONN) -> int:
+    """The exporter's listen backlog: connections the kernel queues until they are accepted.
+
+    The system's cap on it, ``net.core.somaxconn`` (read from ``path``; 4096 by default
+    since Linux 5.4), at most ``MAX_LISTEN_BACKLOG`` (65535); ``LISTEN_BACKLOG_FALLBACK``
+    (4096) where it cannot be read or is not a positive integer (not Linux, say: the
+    kernel caps the backlog at its own limit there).
+    """
+    try:
+        with open(path, "rb") as f:
+            value = int(f.read(32))
+    except (OSError, ValueError):
+        return LISTEN_BACKLOG_FALLBACK
+    return min(value, MAX_LISTEN_BACKLOG) if value > 0 else LISTEN_BACKLOG_FALLBACK
+
+
 class _Server(WSGIServer):
-    """wsgiref's server with a daemon thread per request; ``end_requests`` ends them."""
+    """wsgiref's server with a daemon thread per request; ``end_requests`` ends them.
+
+    Its listen queue holds :func:`listen_backlog` connections (``socketserver``'s 5
+    dropped the connections of a cluster's scrapers arriving together). A connection
+    older than ``REQUEST_DEADLINE`` s is shut, whatever its client sends. In a child
+    forked from this process (a DataLoader worker) its sockets are closed at once (see
+    :func:`_after_fork_in_child`): the child never holds the port or a scrape open.
+    """
 
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily) -> None:
         self.address_family = family
+        self.request_queue_size = listen_backlog()
         self._lock = threading.Lock()
-        self._requests: dict[threading.Thread, socket.socket] = {}
+        # the requests in flight: their socket and time.monotonic() at their accept
+        self._requests: dict[threading.Thread, tuple[socket.socket, float]] = {}
+        self._next_check = 0.0  # time.monotonic() at which to look for overdue requests
         super().__init__(address, _Handler)
+        _live_servers.add(self)
 
     def server_bind(self) -> None:
         """Bind without ``HTTPServer``'s reverse DNS look-up of the address (it can hang)."""
@@ -248,7 +280,7 @@ class _Server(WSGIServer):
             daemon=True,
         )
         with self._lock:
-            self._requests[thread] = request
+            self._requests[thread] = (request, time.monotonic())
         try:
             thread.start()
         except BaseException:
@@ -271,16 +303,67 @@ class _Server(WSGIServer):
         """A request that failed (the client went away): a debug line, not a traceback."""
         log.debug("sysmetrics: Prometheus request from %s failed", client_address, exc_info=True)
 
+    def service_actions(self) -> None:
+        """Shut the requests older than ``REQUEST_DEADLINE`` s (a look every second at most).
+
+        Called by ``serve_forever`` after each accept and each 0.1 s poll; their threads
+        then end on their own.
+        """
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + min(1.0, REQUEST_DEADLINE / 4)
+        with self._lock:
+            overdue = [s for s, start in self._requests.values() if now - start > REQUEST_DEADLINE]
+        for sock in overdue:
+            with contextlib.suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
+
     def end_requests(self, timeout: float) -> None:
         """Shut the sockets of the requests in flight and wait ``timeout`` s for their threads."""
         with self._lock:
             requests = list(self._requests.items())
-        for _, sock in requests:
+        for _, (sock, _) in requests:
             with contextlib.suppress(OSError):  # already closed
                 sock.shutdown(socket.SHUT_RDWR)
         deadline = time.monotonic() + timeout
         for thread, _ in requests:
             thread.join(max(0.0, deadline - time.monotonic()))
+
+    def forked_off(self) -> None:
+        """In a forked child: close this process's copies of the sockets, nothing more.
+
+        Only close(): the child's copies share the parent's open sockets, which
+        ``shutdown()`` would end for the parent too. The lock may have been held by a
+        thread that the child does not have; the child has only the thread that forked.
+        """
+        self._lock = threading.Lock()
+        requests, self._requests = self._requests, {}
+        for sock, _ in requests.values():
+            with contextlib.suppress(OSError):
+                sock.close()
+        with contextlib.suppress(OSError):
+            self.socket.close()
+
+
+_live_servers: weakref.WeakSet[_Server] = weakref.WeakSet()  # to close in forked children
+
+
+def _after_fork_in_child() -> None:
+    """Close every exporter's sockets in a forked child, so the parent's close() frees the port.
+
+    A child forked by ``os.fork`` (a DataLoader worker, ``multiprocessing``'s fork
+    context) gets copies of the listening socket and of the scrapes' sockets; while it
+    lived, the parent's ``close()`` left the port bound and a new exporter failed with
+    ``EADDRINUSE``. Sockets are not inherited across ``exec`` (PEP 446).
+    """
+    for server in list(_live_servers):
+        with contextlib.suppress(Exception):  # never fail the fork
+            server.forked_off()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _check_port(port: object) -> int:
@@ -458,6 +541,7 @@ class PrometheusExporter:
         self._owned: SystemMonitor | None = None  # stopped on close() (see serve())
         self._closed = False
         self._close_lock = threading.Lock()
+        self._pid = os.getpid()  # the process that serves (not a forked child)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             args=(0.1,),  # s between two looks at the shutdown flag
@@ -490,12 +574,18 @@ class PrometheusExporter:
         """Stop serving, end the requests in flight and free the port. Idempotent.
 
         Waits at most ``CLOSE_WAIT`` (1) s for the requests in flight, then stops the
-        monitor if :func:`serve` started it.
+        monitor if :func:`serve` started it. In a forked child, whose copies of the
+        sockets were closed at the fork, it touches no socket the parent serves.
         """
-        with self._close_lock:
-            if self._closed:
+        if os.getpid() != self._pid:  # a forked child: the lock may be held by a thread
+            if self._closed:  # that it does not have
                 return
             self._closed = True
+        else:
+            with self._close_lock:
+                if self._closed:
+                    return
+                self._closed = True
         try:
             if self._thread.is_alive():  # not in a forked child: shutdown() would wait forever
                 self._server.shutdown()
@@ -518,7 +608,7 @@ class PrometheusExporter:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "serving"
+        state = "closed" if getattr(self, "_closed", True) else "serving"  # (or half made)
         return f"<PrometheusExporter {self.url} {state}>"
 
 
