@@ -83,7 +83,7 @@ def sampled_monitor(gpus: int) -> SystemMonitor:
 def serve_until_stdin_closes(backlog: int, gpus: int) -> None:
     """The crowd's exporter (``--serve``): prints its port, serves until stdin closes."""
     if backlog:
-        prometheus.listen_backlog = lambda path=prometheus.SOMAXCONN: backlog  # type: ignore[misc]
+        prometheus.listen_backlog = lambda path=prometheus.SOMAXCONN: backlog
     monitor = sampled_monitor(gpus)
     with PrometheusExporter(monitor, port=0) as exporter:
         print(exporter.port, exporter._server.request_queue_size, flush=True)
