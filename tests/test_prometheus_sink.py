@@ -929,3 +929,39 @@ def test_a_dribbling_client_is_dropped_at_the_request_deadline(
         assert cut, "the dribbling client was never dropped"
         wait_for(lambda: not ex._server._requests)
         assert "sysmetrics_gpu_utilization_percent" in scrape(ex.url)
+
+
+def test_connections_beyond_the_cap_wait_in_the_listen_queue(
+    monitor: SystemMonitor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With MAX_REQUESTS (here 2, not 256) connections open, a third waits unaccepted (no
+    third thread) and is served once one of them ends; close() ends a waiting accept."""
+    monkeypatch.setattr(prometheus, "MAX_REQUESTS", 2)
+    with PrometheusExporter(monitor, port=0) as ex:
+        silent = [socket.create_connection(("127.0.0.1", ex.port), timeout=10) for _ in range(2)]
+        try:
+            wait_for(lambda: len(ex._server._requests) == 2)
+            pages: list[str] = []
+            third = threading.Thread(target=lambda: pages.append(get(ex.url, timeout=10)))
+            third.start()
+            time.sleep(0.5)  # long enough for a served scrape to end; a capped one waits
+            assert (pages, len(ex._server._requests)) == ([], 2)
+            silent.pop().close()
+            third.join(10)
+            assert "sysmetrics_gpu_utilization_percent" in pages[0]
+            # the cap reached again, with a connection waiting: close() ends it all
+            silent.append(socket.create_connection(("127.0.0.1", ex.port), timeout=10))
+            waiting = socket.create_connection(("127.0.0.1", ex.port), timeout=10)
+            silent.append(waiting)
+            wait_for(lambda: len(ex._server._requests) == 2)
+            waiting.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            ex.close()
+            try:
+                answer = waiting.recv(64)
+            except ConnectionResetError:  # closed with its request unread
+                answer = b""
+            assert answer == b""  # closed unanswered, never served
+        finally:
+            ex.close()
+            for s in silent:
+                s.close()

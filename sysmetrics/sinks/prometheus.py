@@ -58,6 +58,7 @@ DEFAULT_ADDR = "127.0.0.1"
 PREFIX = "sysmetrics_"
 REQUEST_TIMEOUT = 10.0  # s a scrape connection may stay silent before it is dropped
 REQUEST_DEADLINE = 30.0  # s a scrape connection may last in all (a client dribbling bytes)
+MAX_REQUESTS = 256  # connections served at once (a thread each); more wait to be accepted
 SOMAXCONN = "/proc/sys/net/core/somaxconn"  # the system's cap on a listen queue (Linux)
 LISTEN_BACKLOG_FALLBACK = 4096  # connections queued to be accepted where SOMAXCONN is unread
 MAX_LISTEN_BACKLOG = 65535  # connections queued to be accepted, at most
@@ -249,7 +250,8 @@ class _Server(WSGIServer):
 
     Its listen queue holds :func:`listen_backlog` connections (``socketserver``'s 5
     dropped the connections of a cluster's scrapers arriving together). A connection
-    older than ``REQUEST_DEADLINE`` s is shut, whatever its client sends. In a child
+    older than ``REQUEST_DEADLINE`` s is shut, whatever its client sends. At most
+    ``MAX_REQUESTS`` are served at once; more wait in the listen queue. In a child
     forked from this process (a DataLoader worker) its sockets are closed at once (see
     :func:`_after_fork_in_child`): the child never holds the port or a scrape open.
     """
@@ -258,9 +260,11 @@ class _Server(WSGIServer):
         self.address_family = family
         self.request_queue_size = listen_backlog()
         self._lock = threading.Lock()
+        self._ended = threading.Condition(self._lock)  # notified when a request ends
         # the requests in flight: their socket and time.monotonic() at their accept
         self._requests: dict[threading.Thread, tuple[socket.socket, float]] = {}
         self._next_check = 0.0  # time.monotonic() at which to look for overdue requests
+        self._closing = False  # close() began: accept no more
         super().__init__(address, _Handler)
         _live_servers.add(self)
 
@@ -272,7 +276,10 @@ class _Server(WSGIServer):
         self.setup_environ()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Serve ``request`` on a daemon thread of its own."""
+        """Serve ``request`` on a daemon thread of its own, once fewer than ``MAX_REQUESTS`` are.
+
+        Meanwhile the accept loop waits here and later connections in the listen queue.
+        """
         thread = threading.Thread(
             target=self._serve,
             args=(request, client_address),
@@ -280,7 +287,18 @@ class _Server(WSGIServer):
             daemon=True,
         )
         with self._lock:
-            self._requests[thread] = (request, time.monotonic())
+            while len(self._requests) >= MAX_REQUESTS and not self._closing:
+                self._ended.wait(0.1)
+                self._lock.release()
+                try:
+                    self.service_actions()  # the overdue ones still go
+                finally:
+                    self._lock.acquire()
+            if not self._closing:
+                self._requests[thread] = (request, time.monotonic())
+        if self._closing:
+            self.shutdown_request(request)
+            return
         try:
             thread.start()
         except BaseException:
@@ -297,6 +315,7 @@ class _Server(WSGIServer):
         finally:
             with self._lock:
                 self._requests.pop(threading.current_thread(), None)
+                self._ended.notify()
             self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -319,6 +338,12 @@ class _Server(WSGIServer):
             with contextlib.suppress(OSError):  # already closed
                 sock.shutdown(socket.SHUT_RDWR)
 
+    def stop_accepting(self) -> None:
+        """Accept no more connections: an accept waiting for a free slot gives up."""
+        with self._lock:
+            self._closing = True
+            self._ended.notify_all()
+
     def end_requests(self, timeout: float) -> None:
         """Shut the sockets of the requests in flight and wait ``timeout`` s for their threads."""
         with self._lock:
@@ -338,6 +363,7 @@ class _Server(WSGIServer):
         thread that the child does not have; the child has only the thread that forked.
         """
         self._lock = threading.Lock()
+        self._ended = threading.Condition(self._lock)
         requests, self._requests = self._requests, {}
         for sock, _ in requests.values():
             with contextlib.suppress(OSError):
@@ -587,6 +613,7 @@ class PrometheusExporter:
                     return
                 self._closed = True
         try:
+            self._server.stop_accepting()
             if self._thread.is_alive():  # not in a forked child: shutdown() would wait forever
                 self._server.shutdown()
             self._server.end_requests(CLOSE_WAIT)
