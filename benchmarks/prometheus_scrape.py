@@ -73,9 +73,13 @@ OPENMETRICS = b"application/openmetrics-text; version=1.0.0"
 
 
 def sampled_monitor(gpus: int) -> SystemMonitor:
-    """A monitor (not started) whose latest() holds the host's and ``gpus`` fake GPUs' keys."""
-    monitor = SystemMonitor(interval=1.0, collectors=[FakeGpus(gpus), *host_collectors()])
-    monitor._sample_once()  # a tick, so that latest() has every key
+    """A running monitor whose latest() holds the host's and ``gpus`` fake GPUs' keys.
+
+    It samples at start and then only when asked (``_sample_once``; its thread's next
+    tick is an hour away): latest() is empty while a monitor is not running.
+    """
+    monitor = SystemMonitor(interval=3600.0, collectors=[FakeGpus(gpus), *host_collectors()])
+    monitor.start()  # a tick, so that latest() has every key
     monitor._sample_once()  # the host counters' second reading
     return monitor
 
