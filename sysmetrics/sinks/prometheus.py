@@ -8,7 +8,8 @@ hertz), the key's placeholders become labels (``gpu="0"``, ``path="/"``), and ev
 series carries ``host``, ``node`` and ``run`` labels. The monitor's training step
 (``monitor.step``, which callbacks and the recorder set) is served as the gauge
 ``sysmetrics_training_step`` while it is known. Scrapes run on the server's own
-threads: a slow or stalled client never delays the monitor's sampling.
+threads, one per connection: a slow or stalled client never delays the monitor's sampling
+or another client's scrape.
 
 The page is made by prometheus_client's WSGI app (content negotiation, OpenMetrics, gzip,
 ``name[]`` filters) on the standard library's ``wsgiref`` server, as prometheus_client's
@@ -479,11 +480,14 @@ class PrometheusExporter:
 
     The server starts at once, on daemon threads; each scrape reads the monitor's latest
     sample (see the module's docstring for the names and labels). A scrape never raises
-    into the monitor and never delays its sampling; a client silent for
-    ``REQUEST_TIMEOUT`` (10) s is dropped. ``close()`` (idempotent; also the end of a
-    ``with`` block) stops the server, ends the requests in flight and frees the port. It
-    does not stop the monitor; :func:`serve` makes exporters that stop the monitor they
-    started.
+    into the monitor and never delays its sampling or another scrape; a client silent for
+    ``REQUEST_TIMEOUT`` (10) s is dropped, any connection ``REQUEST_DEADLINE`` (30) s old
+    is shut, at most ``MAX_REQUESTS`` (256) are served at once and the listen queue holds
+    :func:`listen_backlog` more. ``close()`` (idempotent; also the end of a ``with``
+    block) stops the server, ends the requests in flight and frees the port, even while a
+    child forked from this process lives (the child closes its copies of the sockets as
+    it starts). It does not stop the monitor; :func:`serve` makes exporters that stop the
+    monitor they started.
 
     Args:
         monitor: the :class:`~sysmetrics.SystemMonitor` whose values to serve (anything
