@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.parse
 import urllib.request
 import warnings
@@ -778,7 +779,11 @@ def forked(then: Callable[[], object] = lambda: None, live: bool = True) -> Iter
         code = 1
         try:
             os.close(write)
-            then()
+            try:
+                then()
+            except BaseException:
+                traceback.print_exc()  # into the test's captured output
+                raise
             code = 0
             if live:
                 select.select([read], [], [], 30.0)  # until the parent closes its end
@@ -814,7 +819,16 @@ def test_a_forked_child_never_touches_the_parents_scrapes(monitor: SystemMonitor
         with client:
             client.sendall(b"GET /metr")  # accepted, its request half sent
             wait_for(lambda: ex._server._requests)
-            with forked(then=ex.close, live=False):
+            fds = [s.fileno() for s, _ in ex._server._requests.values()]
+            fds.append(ex._server.socket.fileno())
+
+            def in_the_child() -> None:
+                for fd in fds:  # the child's copies are closed
+                    with pytest.raises(OSError, match="Bad file descriptor"):
+                        os.fstat(fd)
+                ex.close()
+
+            with forked(then=in_the_child, live=False):
                 pass  # the child closed its copy and exited
             assert not ex.closed
             client.sendall(b"ics HTTP/1.0\r\n\r\n")

@@ -366,11 +366,13 @@ class _Server(WSGIServer):
         self._lock = threading.Lock()
         self._ended = threading.Condition(self._lock)
         requests, self._requests = self._requests, {}
-        for sock, _ in requests.values():
+        for sock in (*(s for s, _ in requests.values()), self.socket):
+            # detach(): close() leaves the descriptor open while the handler's files
+            # (makefile) hold the socket
             with contextlib.suppress(OSError):
-                sock.close()
-        with contextlib.suppress(OSError):
-            self.socket.close()
+                fd = sock.detach()
+                if fd >= 0:
+                    os.close(fd)
 
 
 _live_servers: weakref.WeakSet[_Server] = weakref.WeakSet()  # to close in forked children
