@@ -11,13 +11,25 @@ uses). Prints, in µs of wall time per call (median over runs that alternate, as
 3. ``collect()`` and the exposition: the page in the Prometheus text format, and in
    OpenMetrics (what a Prometheus server asks for);
 4. a whole scrape: an HTTP GET of ``/metrics`` over loopback (urllib, OpenMetrics).
+
+Then a crowd: ``--scrapers`` (200) clients on 127.0.0.1 scraping back to back for
+``--seconds`` (15) s, each scrape with Prometheus's default 10 s timeout, against an
+exporter in a process of its own (so the clients do not share its GIL), once with the
+old listen backlog of 5 (``socketserver``'s default) and once with the exporter's
+(:func:`sysmetrics.sinks.prometheus.listen_backlog`), side by side: scrapes started,
+answered, timed out, failed, and the answered ones' p50 / p99 / max latency (connect
+to the page's last byte). ``--crowd-only`` skips the per-call figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import statistics
+import subprocess
 import sys
+import time
 import urllib.request
 
 from host_sample import per_call_us
@@ -26,7 +38,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from sysmetrics import BaseCollector, SystemMonitor
 from sysmetrics.collectors import host_collectors
-from sysmetrics.sinks import PrometheusExporter
+from sysmetrics.sinks import PrometheusExporter, prometheus
 
 GPU_KEYS = {
     "gpu": 87.0, "memory": 41.0, "memoryAllocated": 63.5, "memoryAllocatedBytes": 5.1e10,
@@ -55,15 +67,140 @@ class FakeGpus(BaseCollector):
         return dict(self.values)
 
 
+OLD_BACKLOG = 5  # socketserver's request_queue_size, the exporter's listen backlog before
+SCRAPE_TIMEOUT = 10.0  # s, Prometheus's default scrape_timeout
+OPENMETRICS = b"application/openmetrics-text; version=1.0.0"
+
+
+def sampled_monitor(gpus: int) -> SystemMonitor:
+    """A running monitor whose latest() holds the host's and ``gpus`` fake GPUs' keys.
+
+    It samples at start and then only when asked (``_sample_once``; its thread's next
+    tick is an hour away): latest() is empty while a monitor is not running.
+    """
+    monitor = SystemMonitor(interval=3600.0, collectors=[FakeGpus(gpus), *host_collectors()])
+    monitor.start()  # a tick, so that latest() has every key
+    monitor._sample_once()  # the host counters' second reading
+    return monitor
+
+
+def serve_until_stdin_closes(backlog: int, gpus: int) -> None:
+    """The crowd's exporter (``--serve``): prints its port, serves until stdin closes."""
+    if backlog:
+        prometheus.listen_backlog = lambda path=prometheus.SOMAXCONN: backlog
+    monitor = sampled_monitor(gpus)
+    with PrometheusExporter(monitor, port=0) as exporter:
+        print(exporter.port, exporter._server.request_queue_size, flush=True)
+        sys.stdin.read()
+    monitor.stop()
+
+
+async def crowd(port: int, scrapers: int, seconds: float) -> dict[str, list[float] | int]:
+    """``scrapers`` clients scraping 127.0.0.1:``port`` back to back for ``seconds`` s."""
+    request = (
+        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: " + OPENMETRICS + b"\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    answered: list[float] = []
+    counts = {"started": 0, "timeouts": 0, "errors": 0}
+
+    async def one() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(request)
+            page = await reader.read()  # to the end: the server closes the connection
+            if not page.startswith(b"HTTP/1.0 200"):
+                raise OSError(f"answered {page[:40]!r}")
+        finally:
+            writer.close()
+
+    async def scraper() -> None:
+        while time.monotonic() < end:
+            counts["started"] += 1
+            start = time.monotonic()
+            try:
+                await asyncio.wait_for(one(), SCRAPE_TIMEOUT)
+            except asyncio.TimeoutError:
+                counts["timeouts"] += 1
+            except OSError:
+                counts["errors"] += 1
+            else:
+                answered.append(time.monotonic() - start)
+
+    end = time.monotonic() + seconds
+    await asyncio.gather(*(scraper() for _ in range(scrapers)))
+    return {"answered": answered, **counts}
+
+
+def run_crowd(backlog: int, args: argparse.Namespace) -> tuple[int, dict[str, list[float] | int]]:
+    """The crowd against a fresh exporter process listening with ``backlog`` (0: its own)."""
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(backlog), "--gpus", str(args.gpus)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdin is not None
+        port, queue = map(int, server.stdout.readline().split())
+        result = asyncio.run(crowd(port, args.scrapers, args.seconds))
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    return queue, result
+
+
+def print_crowds(args: argparse.Namespace) -> None:
+    print(
+        f"\n{args.scrapers} scrapers on 127.0.0.1 back to back for {args.seconds:g} s, "
+        f"{SCRAPE_TIMEOUT:g} s timeout; latency of the answered ones, connect to last byte"
+    )
+    print(
+        f"   {'listen backlog':<22}{'scrapes':>9}{'answered':>10}{'timeouts':>10}"
+        f"{'errors':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+    )
+    for backlog, label in ((OLD_BACKLOG, "before"), (0, "now")):
+        queue, r = run_crowd(backlog, args)
+        answered = sorted(r["answered"])  # type: ignore[arg-type]
+        if answered:
+            p50 = statistics.median(answered) * 1e3
+            p99 = answered[min(len(answered) - 1, int(0.99 * len(answered)))] * 1e3
+            top = answered[-1] * 1e3
+        else:
+            p50 = p99 = top = float("nan")
+        print(
+            f"   {f'{queue} ({label})':<22}{r['started']:>9}{len(answered):>10}"
+            f"{r['timeouts']:>10}{r['errors']:>8}{p50:>9.0f}{p99:>9.0f}{top:>9.0f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--number", type=int, default=500, help="calls per measurement")
     parser.add_argument("--gpus", type=int, default=8, help="fake GPUs")
+    parser.add_argument("--scrapers", type=int, default=200, help="clients in the crowd")
+    parser.add_argument("--seconds", type=float, default=15.0, help="s each crowd scrapes")
+    parser.add_argument("--crowd-only", action="store_true", help="skip the per-call figures")
+    parser.add_argument("--serve", type=int, metavar="BACKLOG", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not 1 <= args.scrapers <= 1000 or not 0 < args.seconds <= 120:
+        parser.error("use 1 to 1000 --scrapers for at most 120 --seconds")
+    if args.serve is not None:
+        serve_until_stdin_closes(args.serve, args.gpus)
+        return
+    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {sys.platform}")
+    if not args.crowd_only:
+        per_call(args)
+    print_crowds(args)
 
-    monitor = SystemMonitor(interval=1.0, collectors=[FakeGpus(args.gpus), *host_collectors()])
-    monitor._sample_once()  # a tick, so that latest() has every key
-    monitor._sample_once()  # the host counters' second reading
+
+def per_call(args: argparse.Namespace) -> None:
+    monitor = sampled_monitor(args.gpus)
     exporter = PrometheusExporter(monitor, port=0)
     request = urllib.request.Request(
         exporter.url, headers={"Accept": "application/openmetrics-text; version=1.0.0"}
@@ -92,7 +229,6 @@ def main() -> None:
     finally:
         exporter.close()
         monitor.stop()
-    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {sys.platform}")
     print(
         f"monitor: {keys} keys (host collectors + {args.gpus} fake GPUs); "
         f"exported: {series} series, a page of {page / 1024:.1f} KiB (OpenMetrics)"

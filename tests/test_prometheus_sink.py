@@ -4,20 +4,24 @@ prometheus_client's parser, behind a real SystemMonitor on 127.0.0.1."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import inspect
 import logging
 import math
+import os
 import re
+import select
 import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.parse
 import urllib.request
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +35,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sysmetrics import SystemMetricsWarning, SystemMonitor, _optional
 from sysmetrics.collectors import host_collectors
-from sysmetrics.sinks import PrometheusExporter, serve
-from sysmetrics.sinks.prometheus import _check_run
+from sysmetrics.sinks import PrometheusExporter, prometheus, serve
+from sysmetrics.sinks.prometheus import (
+    LISTEN_BACKLOG_FALLBACK,
+    MAX_LISTEN_BACKLOG,
+    _check_run,
+    listen_backlog,
+)
 from sysmetrics.steptime import StepClock
 from tests import debian
 from tests.conftest import ScriptedCollector
@@ -751,3 +760,230 @@ def test_a_real_prometheus_sees_the_step_advance(tmp_path: Path) -> None:
     assert any(math.isclose(value, v, rel_tol=1e-12) for v in sampled)
     (meta,) = metadata["sysmetrics_training_step_seconds"]
     assert meta["type"] == "gauge" and meta["unit"] == "seconds"
+
+
+# -- forked children (DataLoader workers) -----------------------------------------------
+
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+@contextlib.contextmanager
+def forked(then: Callable[[], object] = lambda: None, live: bool = True) -> Iterator[int]:
+    """A child forked now (as a DataLoader worker is) that runs ``then()``, then lives
+    until the block ends (at most 30 s) if ``live``, else exits at once. Exits 0 if
+    ``then()`` returned, 1 if it raised; the block's end checks which."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        code = 1
+        try:
+            os.close(write)
+            try:
+                then()
+            except BaseException:
+                traceback.print_exc()  # into the test's captured output
+                raise
+            code = 0
+            if live:
+                select.select([read], [], [], 30.0)  # until the parent closes its end
+        finally:
+            os._exit(code)
+    os.close(read)
+    try:
+        yield pid
+    finally:
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's then() raised"
+
+
+@needs_fork
+def test_close_frees_the_port_while_a_forked_child_lives(monitor: SystemMonitor) -> None:
+    """The child inherits the listening socket; the parent's close() frees the port all
+    the same: a new exporter listens there and answers, the child still alive."""
+    ex = PrometheusExporter(monitor, port=0)
+    port = ex.port
+    with forked():
+        ex.close()
+        with PrometheusExporter(monitor, port=port) as again:
+            assert "sysmetrics_gpu_utilization_percent" in scrape(again.url)
+
+
+@needs_fork
+def test_a_forked_child_never_touches_the_parents_scrapes(monitor: SystemMonitor) -> None:
+    """A scrape in flight when the child is forked is answered by the parent, even when
+    the child closes its copy of the exporter; the parent serves on meanwhile."""
+    with PrometheusExporter(monitor, port=0) as ex:
+        client = socket.create_connection(("127.0.0.1", ex.port), timeout=10)
+        with client:
+            client.sendall(b"GET /metr")  # accepted, its request half sent
+            wait_for(lambda: ex._server._requests)
+            fds = [s.fileno() for s, _ in ex._server._requests.values()]
+            fds.append(ex._server.socket.fileno())
+
+            def in_the_child() -> None:
+                for fd in fds:  # the child's copies are closed
+                    with pytest.raises(OSError, match="Bad file descriptor"):
+                        os.fstat(fd)
+                ex.close()
+
+            with forked(then=in_the_child, live=False):
+                pass  # the child closed its copy and exited
+            assert not ex.closed
+            client.sendall(b"ics HTTP/1.0\r\n\r\n")
+            page = b""
+            while chunk := client.recv(65536):
+                page += chunk
+        assert page.startswith(b"HTTP/1.0 200 OK"), page[:200]
+        assert b"sysmetrics_gpu_utilization_percent" in page
+        with forked():
+            assert "sysmetrics_gpu_utilization_percent" in scrape(ex.url)
+
+
+@needs_fork
+def test_close_frees_the_port_while_a_dataloader_worker_lives(monitor: SystemMonitor) -> None:
+    """The same through a real ``torch.utils.data.DataLoader`` whose worker is forked
+    while the exporter serves."""
+    torch = pytest.importorskip("torch", reason="needs torch")
+    ex = PrometheusExporter(monitor, port=0)
+    port = ex.port
+    loader = torch.utils.data.DataLoader(
+        range(4), num_workers=1, multiprocessing_context="fork", persistent_workers=False
+    )
+    batches = iter(loader)
+    try:
+        next(batches)  # the worker is up
+        ex.close()
+        with PrometheusExporter(monitor, port=port) as again:
+            assert "sysmetrics_gpu_utilization_percent" in scrape(again.url)
+        assert len(list(batches)) == 3
+    finally:
+        ex.close()
+        del batches
+
+
+# -- many scrapers, slow clients ---------------------------------------------------------
+
+
+def test_the_listen_queue_holds_a_cluster_of_scrapers(monitor: SystemMonitor) -> None:
+    """64 scrapers connect while the exporter accepts nothing (its accept loop held at
+    its first connection): the kernel's queue takes every one (it took 6 with the old
+    backlog of 5, and dropped the others' SYNs), and each is answered once released."""
+    n = 64
+    if listen_backlog() < n:
+        pytest.skip(f"the system's listen queue holds {listen_backlog()} (net.core.somaxconn)")
+    with PrometheusExporter(monitor, port=0) as ex:
+        clients = []
+        try:
+            with ex._server._lock:  # process_request() waits here: no accept meanwhile
+                for _ in range(n):
+                    c = socket.socket()
+                    c.setblocking(False)
+                    assert c.connect_ex(("127.0.0.1", ex.port)) in (0, errno.EINPROGRESS)
+                    clients.append(c)
+                deadline = time.monotonic() + 10.0
+                pending = list(clients)
+                while pending and time.monotonic() < deadline:
+                    _, ready, _ = select.select([], pending, [], 0.1)
+                    pending = [c for c in pending if c not in ready]
+                connected = sum(c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                                for c in clients if c not in pending)  # fmt: skip
+            assert (connected, len(pending)) == (n, 0)
+            for c in clients:
+                c.setblocking(True)
+                c.settimeout(10)
+                c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            for c in clients:
+                assert c.recv(64).startswith(b"HTTP/1.0 200 OK")
+        finally:
+            for c in clients:
+                c.close()
+
+
+def test_the_listen_backlog_is_the_systems_bounded_with_a_fallback(tmp_path: Path) -> None:
+    somaxconn = tmp_path / "somaxconn"
+    for text, backlog in (("4096\n", 4096), ("128\n", 128), ("1000000\n", 65535),
+                          ("0\n", 4096), ("-1\n", 4096), ("x" * 100, 4096)):  # fmt: skip
+        somaxconn.write_text(text)
+        assert listen_backlog(somaxconn) == backlog, text
+    assert listen_backlog(tmp_path / "absent") == LISTEN_BACKLOG_FALLBACK == 4096
+    assert listen_backlog(tmp_path) == 4096  # a directory: unreadable
+    if Path("/proc/sys/net/core/somaxconn").exists():
+        system = int(Path("/proc/sys/net/core/somaxconn").read_text())
+        assert listen_backlog() == min(system, MAX_LISTEN_BACKLOG)
+
+
+def test_a_silent_or_dribbling_client_delays_no_other_scrape(monitor: SystemMonitor) -> None:
+    """Clients that connect and say nothing, or dribble a request, are each on a thread
+    of their own: a scrape beside them is answered (well within its 10 s timeout)."""
+    with PrometheusExporter(monitor, port=0) as ex:
+        silent = socket.create_connection(("127.0.0.1", ex.port), timeout=10)
+        dribbling = socket.create_connection(("127.0.0.1", ex.port), timeout=10)
+        with silent, dribbling:
+            dribbling.sendall(b"GET /met")
+            wait_for(lambda: len(ex._server._requests) == 2)
+            for _ in range(3):
+                assert "sysmetrics_gpu_utilization_percent" in scrape(ex.url)
+                dribbling.sendall(b"r")
+
+
+def test_a_dribbling_client_is_dropped_at_the_request_deadline(
+    monitor: SystemMonitor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that sends a byte now and then, never silent for the 10 s timeout, is
+    cut off once its connection is REQUEST_DEADLINE old (here 0.5 s, not 30 s)."""
+    monkeypatch.setattr(prometheus, "REQUEST_DEADLINE", 0.5)
+    ex = PrometheusExporter(monitor, port=0)
+    with ex, socket.create_connection(("127.0.0.1", ex.port), timeout=10) as dribbling:
+        wait_for(lambda: ex._server._requests)
+        cut = False
+        for _ in range(200):  # 20 s at most
+            try:
+                dribbling.sendall(b"G")
+            except OSError:
+                cut = True
+                break
+            if not ex._server._requests:
+                cut = True
+                break
+            time.sleep(0.1)
+        assert cut, "the dribbling client was never dropped"
+        wait_for(lambda: not ex._server._requests)
+        assert "sysmetrics_gpu_utilization_percent" in scrape(ex.url)
+
+
+def test_connections_beyond_the_cap_wait_in_the_listen_queue(
+    monitor: SystemMonitor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With MAX_REQUESTS (here 2, not 256) connections open, a third waits unaccepted (no
+    third thread) and is served once one of them ends; close() ends a waiting accept."""
+    monkeypatch.setattr(prometheus, "MAX_REQUESTS", 2)
+    with PrometheusExporter(monitor, port=0) as ex:
+        silent = [socket.create_connection(("127.0.0.1", ex.port), timeout=10) for _ in range(2)]
+        try:
+            wait_for(lambda: len(ex._server._requests) == 2)
+            pages: list[str] = []
+            third = threading.Thread(target=lambda: pages.append(get(ex.url, timeout=10)))
+            third.start()
+            time.sleep(0.5)  # long enough for a served scrape to end; a capped one waits
+            assert (pages, len(ex._server._requests)) == ([], 2)
+            silent.pop().close()
+            third.join(10)
+            assert "sysmetrics_gpu_utilization_percent" in pages[0]
+            # the cap reached again, with a connection waiting: close() ends it all
+            silent.append(socket.create_connection(("127.0.0.1", ex.port), timeout=10))
+            waiting = socket.create_connection(("127.0.0.1", ex.port), timeout=10)
+            silent.append(waiting)
+            wait_for(lambda: len(ex._server._requests) == 2)
+            waiting.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            ex.close()
+            try:
+                answer = waiting.recv(64)
+            except ConnectionResetError:  # closed with its request unread
+                answer = b""
+            assert answer == b""  # closed unanswered, never served
+        finally:
+            ex.close()
+            for s in silent:
+                s.close()

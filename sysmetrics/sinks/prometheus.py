@@ -8,7 +8,8 @@ hertz), the key's placeholders become labels (``gpu="0"``, ``path="/"``), and ev
 series carries ``host``, ``node`` and ``run`` labels. The monitor's training step
 (``monitor.step``, which callbacks and the recorder set) is served as the gauge
 ``sysmetrics_training_step`` while it is known. Scrapes run on the server's own
-threads: a slow or stalled client never delays the monitor's sampling.
+threads, one per connection: a slow or stalled client never delays the monitor's sampling
+or another client's scrape.
 
 The page is made by prometheus_client's WSGI app (content negotiation, OpenMetrics, gzip,
 ``name[]`` filters) on the standard library's ``wsgiref`` server, as prometheus_client's
@@ -34,6 +35,7 @@ import socketserver
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -56,6 +58,11 @@ DEFAULT_PORT = 9464  # the port OpenTelemetry's Prometheus exporters use
 DEFAULT_ADDR = "127.0.0.1"
 PREFIX = "sysmetrics_"
 REQUEST_TIMEOUT = 10.0  # s a scrape connection may stay silent before it is dropped
+REQUEST_DEADLINE = 30.0  # s a scrape connection may last in all (a client dribbling bytes)
+MAX_REQUESTS = 256  # connections served at once (a thread each); more wait to be accepted
+SOMAXCONN = "/proc/sys/net/core/somaxconn"  # the system's cap on a listen queue (Linux)
+LISTEN_BACKLOG_FALLBACK = 4096  # connections queued to be accepted where SOMAXCONN is unread
+MAX_LISTEN_BACKLOG = 65535  # connections queued to be accepted, at most
 CLOSE_WAIT = 1.0  # s close() waits for the requests in flight, once their sockets are shut
 MAX_CACHED_KEYS = 10_000  # keys whose series are remembered between scrapes
 MAX_LOGGED_KEYS = 100  # undescribed keys logged (one debug line each)
@@ -223,14 +230,44 @@ class _Handler(WSGIRequestHandler):
         """Log nothing: a scrape every few seconds is not news."""
 
 
+def listen_backlog(path: str | os.PathLike[str] = SOMAXCONN) -> int:
+    """The exporter's listen backlog: connections the kernel queues until they are accepted.
+
+    The system's cap on it, ``net.core.somaxconn`` (read from ``path``; 4096 by default
+    since Linux 5.4), at most ``MAX_LISTEN_BACKLOG`` (65535); ``LISTEN_BACKLOG_FALLBACK``
+    (4096) where it cannot be read or is not a positive integer (not Linux, say: the
+    kernel caps the backlog at its own limit there).
+    """
+    try:
+        with open(path, "rb") as f:
+            value = int(f.read(32))
+    except (OSError, ValueError):
+        return LISTEN_BACKLOG_FALLBACK
+    return min(value, MAX_LISTEN_BACKLOG) if value > 0 else LISTEN_BACKLOG_FALLBACK
+
+
 class _Server(WSGIServer):
-    """wsgiref's server with a daemon thread per request; ``end_requests`` ends them."""
+    """wsgiref's server with a daemon thread per request; ``end_requests`` ends them.
+
+    Its listen queue holds :func:`listen_backlog` connections (``socketserver``'s 5
+    dropped the connections of a cluster's scrapers arriving together). A connection
+    older than ``REQUEST_DEADLINE`` s is shut, whatever its client sends. At most
+    ``MAX_REQUESTS`` are served at once; more wait in the listen queue. In a child
+    forked from this process (a DataLoader worker) its sockets are closed at once (see
+    :func:`_after_fork_in_child`): the child never holds the port or a scrape open.
+    """
 
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily) -> None:
         self.address_family = family
+        self.request_queue_size = listen_backlog()
         self._lock = threading.Lock()
-        self._requests: dict[threading.Thread, socket.socket] = {}
+        self._ended = threading.Condition(self._lock)  # notified when a request ends
+        # the requests in flight: their socket and time.monotonic() at their accept
+        self._requests: dict[threading.Thread, tuple[socket.socket, float]] = {}
+        self._next_check = 0.0  # time.monotonic() at which to look for overdue requests
+        self._closing = False  # close() began: accept no more
         super().__init__(address, _Handler)
+        _live_servers.add(self)
 
     def server_bind(self) -> None:
         """Bind without ``HTTPServer``'s reverse DNS look-up of the address (it can hang)."""
@@ -240,7 +277,10 @@ class _Server(WSGIServer):
         self.setup_environ()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Serve ``request`` on a daemon thread of its own."""
+        """Serve ``request`` on a daemon thread of its own, once fewer than ``MAX_REQUESTS`` are.
+
+        Meanwhile the accept loop waits here and later connections in the listen queue.
+        """
         thread = threading.Thread(
             target=self._serve,
             args=(request, client_address),
@@ -248,7 +288,18 @@ class _Server(WSGIServer):
             daemon=True,
         )
         with self._lock:
-            self._requests[thread] = request
+            while len(self._requests) >= MAX_REQUESTS and not self._closing:
+                self._ended.wait(0.1)
+                self._lock.release()
+                try:
+                    self.service_actions()  # the overdue ones still go
+                finally:
+                    self._lock.acquire()
+            if not self._closing:
+                self._requests[thread] = (request, time.monotonic())
+        if self._closing:
+            self.shutdown_request(request)
+            return
         try:
             thread.start()
         except BaseException:
@@ -265,22 +316,83 @@ class _Server(WSGIServer):
         finally:
             with self._lock:
                 self._requests.pop(threading.current_thread(), None)
+                self._ended.notify()
             self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A request that failed (the client went away): a debug line, not a traceback."""
         log.debug("sysmetrics: Prometheus request from %s failed", client_address, exc_info=True)
 
+    def service_actions(self) -> None:
+        """Shut the requests older than ``REQUEST_DEADLINE`` s (a look every second at most).
+
+        Called by ``serve_forever`` after each accept and each 0.1 s poll; their threads
+        then end on their own.
+        """
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + min(1.0, REQUEST_DEADLINE / 4)
+        with self._lock:
+            overdue = [s for s, start in self._requests.values() if now - start > REQUEST_DEADLINE]
+        for sock in overdue:
+            with contextlib.suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def stop_accepting(self) -> None:
+        """Accept no more connections: an accept waiting for a free slot gives up."""
+        with self._lock:
+            self._closing = True
+            self._ended.notify_all()
+
     def end_requests(self, timeout: float) -> None:
         """Shut the sockets of the requests in flight and wait ``timeout`` s for their threads."""
         with self._lock:
             requests = list(self._requests.items())
-        for _, sock in requests:
+        for _, (sock, _) in requests:
             with contextlib.suppress(OSError):  # already closed
                 sock.shutdown(socket.SHUT_RDWR)
         deadline = time.monotonic() + timeout
         for thread, _ in requests:
             thread.join(max(0.0, deadline - time.monotonic()))
+
+    def forked_off(self) -> None:
+        """In a forked child: close this process's copies of the sockets, nothing more.
+
+        Only close(): the child's copies share the parent's open sockets, which
+        ``shutdown()`` would end for the parent too. The lock may have been held by a
+        thread that the child does not have; the child has only the thread that forked.
+        """
+        self._lock = threading.Lock()
+        self._ended = threading.Condition(self._lock)
+        requests, self._requests = self._requests, {}
+        for sock in (*(s for s, _ in requests.values()), self.socket):
+            # detach(): close() leaves the descriptor open while the handler's files
+            # (makefile) hold the socket
+            with contextlib.suppress(OSError):
+                fd = sock.detach()
+                if fd >= 0:
+                    os.close(fd)
+
+
+_live_servers: weakref.WeakSet[_Server] = weakref.WeakSet()  # to close in forked children
+
+
+def _after_fork_in_child() -> None:
+    """Close every exporter's sockets in a forked child, so the parent's close() frees the port.
+
+    A child forked by ``os.fork`` (a DataLoader worker, ``multiprocessing``'s fork
+    context) gets copies of the listening socket and of the scrapes' sockets; while it
+    lived, the parent's ``close()`` left the port bound and a new exporter failed with
+    ``EADDRINUSE``. Sockets are not inherited across ``exec`` (PEP 446).
+    """
+    for server in list(_live_servers):
+        with contextlib.suppress(Exception):  # never fail the fork
+            server.forked_off()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _check_port(port: object) -> int:
@@ -370,11 +482,14 @@ class PrometheusExporter:
 
     The server starts at once, on daemon threads; each scrape reads the monitor's latest
     sample (see the module's docstring for the names and labels). A scrape never raises
-    into the monitor and never delays its sampling; a client silent for
-    ``REQUEST_TIMEOUT`` (10) s is dropped. ``close()`` (idempotent; also the end of a
-    ``with`` block) stops the server, ends the requests in flight and frees the port. It
-    does not stop the monitor; :func:`serve` makes exporters that stop the monitor they
-    started.
+    into the monitor and never delays its sampling or another scrape; a client silent for
+    ``REQUEST_TIMEOUT`` (10) s is dropped, any connection ``REQUEST_DEADLINE`` (30) s old
+    is shut, at most ``MAX_REQUESTS`` (256) are served at once and the listen queue holds
+    :func:`listen_backlog` more. ``close()`` (idempotent; also the end of a ``with``
+    block) stops the server, ends the requests in flight and frees the port, even while a
+    child forked from this process lives (the child closes its copies of the sockets as
+    it starts). It does not stop the monitor; :func:`serve` makes exporters that stop the
+    monitor they started.
 
     Args:
         monitor: the :class:`~sysmetrics.SystemMonitor` whose values to serve (anything
@@ -458,6 +573,7 @@ class PrometheusExporter:
         self._owned: SystemMonitor | None = None  # stopped on close() (see serve())
         self._closed = False
         self._close_lock = threading.Lock()
+        self._pid = os.getpid()  # the process that serves (not a forked child)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             args=(0.1,),  # s between two looks at the shutdown flag
@@ -490,13 +606,20 @@ class PrometheusExporter:
         """Stop serving, end the requests in flight and free the port. Idempotent.
 
         Waits at most ``CLOSE_WAIT`` (1) s for the requests in flight, then stops the
-        monitor if :func:`serve` started it.
+        monitor if :func:`serve` started it. In a forked child, whose copies of the
+        sockets were closed at the fork, it touches no socket the parent serves.
         """
-        with self._close_lock:
-            if self._closed:
+        if os.getpid() != self._pid:  # a forked child: the lock may be held by a thread
+            if self._closed:  # that it does not have
                 return
             self._closed = True
+        else:
+            with self._close_lock:
+                if self._closed:
+                    return
+                self._closed = True
         try:
+            self._server.stop_accepting()
             if self._thread.is_alive():  # not in a forked child: shutdown() would wait forever
                 self._server.shutdown()
             self._server.end_requests(CLOSE_WAIT)
@@ -518,7 +641,7 @@ class PrometheusExporter:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "serving"
+        state = "closed" if getattr(self, "_closed", True) else "serving"  # (or half made)
         return f"<PrometheusExporter {self.url} {state}>"
 
 
