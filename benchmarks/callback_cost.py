@@ -344,9 +344,7 @@ def plain_loop(items: int = 20_000, rounds: int = 9) -> dict[str, tuple[float, f
     def fresh(path: str | None) -> None:  # as in a new process, SYSMETRICS_STEP_FILE=path
         if steps._fd is not None:
             os.close(steps._fd)
-        if steps._map is not None:
-            steps._map.close()
-        steps._map = steps._fd = steps._timing = None
+        steps._fd = steps._timing = None
         steps._tried = steps._timing_tried = False
         if path is None:
             os.environ.pop(steps.ENV, None)
