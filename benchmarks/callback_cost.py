@@ -10,13 +10,18 @@ per framework. A second table: what the step timing (``step.*`` keys) adds to th
 that begin and end each step, the same training timed with it and without it. A third,
 for plain loops under ``sysmetrics record``: what ``sysmetrics.batches`` adds per item
 and ``sysmetrics.step`` costs, without the recorder, marking steps only, and timing them
-(:func:`plain_loop`).
+(:func:`plain_loop`), beside the bare writes a step can take: a store into a mapping of
+the step file (the design before issue 30: a truncated file kills it with SIGBUS), one
+``pwrite`` of the step, and one ``pwritev`` of the step and the timing block (what
+``step()`` does now). ``python benchmarks/callback_cost.py plain`` prints that table alone.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import statistics
+import sys
 import tempfile
 import time
 from typing import Any
@@ -385,8 +390,40 @@ def plain_loop(items: int = 20_000, rounds: int = 9) -> dict[str, tuple[float, f
                 per_item(sysmetrics.batches(data, batch_size=16)) - bare
             )
             times.setdefault("step, timed", []).append(per_step())
+            for name, cost in bare_writes(path).items():
+                times.setdefault(name, []).append(cost)
         fresh(saved)
     return {k: (statistics.median(v), min(v)) for k, v in times.items()}
+
+
+def bare_writes(path: str, calls: int = 20_000) -> dict[str, float]:
+    """µs per call of the writes a step can take into the step file at ``path``."""
+    from sysmetrics import steps
+
+    step = b"1".ljust(steps.WIDTH)
+    mark = steps._SEQ.pack(1)
+    block = [step, steps._GAP, mark, steps._TOTALS.pack(1, 1, 1.0, 0.5, 8.0), mark]
+    fd = os.open(path, os.O_RDWR)
+    m = mmap.mmap(fd, steps.SIZE)
+    at, end = steps.STEP_AT, steps.STEP_AT + steps.WIDTH
+    out = {}
+    try:
+        t = time.perf_counter()
+        for _ in range(calls):
+            m[at:end] = step
+        out["write: mmap store (before)"] = (time.perf_counter() - t) / calls * 1e6
+        t = time.perf_counter()
+        for _ in range(calls):
+            os.pwrite(fd, step, at)
+        out["write: pwrite, step only"] = (time.perf_counter() - t) / calls * 1e6
+        t = time.perf_counter()
+        for _ in range(calls):
+            os.pwritev(fd, block, at)
+        out["write: pwritev, step + totals"] = (time.perf_counter() - t) / calls * 1e6
+    finally:
+        m.close()
+        os.close(fd)
+    return out
 
 
 def report_plain_loop(result: dict[str, tuple[float, float]]) -> None:
@@ -394,7 +431,8 @@ def report_plain_loop(result: dict[str, tuple[float, float]]) -> None:
     for name, (median, least) in result.items():
         print(f"{name:<32}{median:10.2f}{least:10.2f}")
     print("batches: added per item over the bare loop; step: per call; marking only: under")
-    print("the recorder without batches (the cost before step timing); timed: with batches")
+    print("the recorder without batches (the cost before step timing); timed: with batches;")
+    print("write: the bare write alone, per call")
 
 
 def main() -> None:
@@ -412,4 +450,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["plain"]:
+        report_plain_loop(plain_loop())
+    else:
+        main()

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +184,88 @@ def test_a_truncated_step_file_is_read_as_missing_until_it_is_whole(
         assert after is not None and after.steps == 5 and monitor.step == 11
     finally:
         reader.close()
+
+
+@pytest.fixture
+def full_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs mounted at a private folder (root only; unmounted after)."""
+    mount = tmp_path / "small"
+    mount.mkdir(mode=0o700)
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root and mount(8)")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(directory: Path) -> None:
+    """Write into ``directory`` until its filesystem has no room left."""
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while os.write(fd, bytes(4096)):
+            pass
+    except OSError:  # ENOSPC
+        pass
+    finally:
+        os.close(fd)
+
+
+def test_a_step_file_that_cannot_be_written_again_warns_once(
+    full_tmpfs: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    step_file: Path,  # noqa: F811  (resets sysmetrics.step's state)
+) -> None:
+    """A real full tmpfs: the step file is truncated, the filesystem fills up, and
+    writing the step file whole again fails (ENOSPC): the loop goes on, one warning,
+    and later calls return at once. (Mapped, the write died of SIGBUS.)"""
+    path = Path(steps.create(str(full_tmpfs)))
+    monkeypatch.setenv(steps.ENV, str(path))
+    loop = sysmetrics.batches([np.zeros((2, 1))] * 6)
+    assert steps._timing is not None
+    for i, _ in enumerate(loop):
+        if i == 2:
+            os.truncate(path, 0)
+            fill(full_tmpfs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sysmetrics.step(i)
+        said = [str(w.message) for w in caught]
+        if i < 2:
+            assert said == []
+        elif i == 2:
+            assert said == [
+                "sysmetrics: cannot write the step file (No space left on device); "
+                "sysmetrics.step() marks no more steps in this process"
+            ]
+        else:
+            assert said == []
+    assert steps._fd is None and steps._timing is None and steps._tried
+
+
+def test_a_step_file_descriptor_that_fails_warns_once(step_file: Path) -> None:  # noqa: F811
+    """The fake that runs everywhere: a descriptor that refuses writes (EBADF)."""
+    sysmetrics.step(1)
+    assert steps._fd is not None
+    os.close(steps._fd)
+    steps._fd = refusing = os.open(os.devnull, os.O_RDONLY)
+    try:
+        with pytest.warns(sysmetrics.SystemMetricsWarning, match="cannot write the step file"):
+            sysmetrics.step(2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            sysmetrics.step(3)  # at once: no second warning
+        assert steps._fd is None
+    finally:
+        os.close(refusing)
 
 
 SLEEP_EXIT = "import time, sys; time.sleep(0.5); print('done', flush=True); sys.exit(5)"
