@@ -138,7 +138,7 @@ def _write(fd: int, parts: list[bytes], offset: int) -> None:
     """Write ``parts`` one after the other at ``offset`` of ``fd``, with one system call."""
     if hasattr(os, "pwritev"):
         os.pwritev(fd, parts, offset)
-    else:  # pragma: no cover - Windows (where a mapped file cannot be truncated either)
+    else:  # pragma: no cover - Windows: no pwritev (the descriptor is this module's alone)
         os.lseek(fd, offset, os.SEEK_SET)
         os.write(fd, b"".join(parts))
 
