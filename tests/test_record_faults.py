@@ -298,6 +298,7 @@ def test_a_failing_recorder_leaves_the_command_running(
 
 CLOSED = """
 import os, time
+{before}
 time.sleep(0.6)
 try:
     os.fstat(2)
@@ -307,15 +308,27 @@ except OSError:
 """
 
 
-def test_live_with_stderr_closed_prints_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "before", ["", 'os.truncate(os.environ["SYSMETRICS_STEP_FILE"], 0)  # the recorder warns']
+)
+def test_live_with_stderr_closed_prints_nothing(tmp_path: Path, before: str) -> None:
     """Regression (issue 30, item 13): with fd 2 closed, Python's ``sys.stderr`` is None,
     and ``print(file=None)`` writes to stdout: the live lines, the notice about an
-    existing run file and the warnings went into stdout among the command's output (or
-    into a file that took fd 2). Now stdout is exactly the command's, whose stderr stays
-    closed as it was given."""
+    existing run file and the warnings (here: the step file truncated) went into stdout
+    among the command's output (or into a file that took fd 2). Now stdout is exactly
+    the command's, whose stderr stays closed as it was given."""
     run = tmp_path / "run.jsonl"
     run.write_text("")  # "appending to the existing run file" is said, on stderr
-    cmd = [*RECORD, "--live", "-o", str(run), "--", sys.executable, "-c", CLOSED]
+    cmd = [
+        *RECORD,
+        "--live",
+        "-o",
+        str(run),
+        "--",
+        sys.executable,
+        "-c",
+        CLOSED.format(before=before),
+    ]
     done = subprocess.run(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=120,
         preexec_fn=lambda: os.close(2),
