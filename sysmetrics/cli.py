@@ -28,7 +28,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
@@ -280,7 +279,7 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if exporter is not None and args.prometheus_port == 0:  # a free port: say which
         url = f"http://127.0.0.1:{exporter.port}/metrics"
         print(f"{parser.prog}: serving {url}", file=sys.stderr)
-    tmp = tempfile.mkdtemp(prefix="sysmetrics-")
+    tmp = steps.private_directory()
     children: list[subprocess.Popen[bytes]] = []
 
     # With a terminal, the command shares our process group, as a shell's pipeline does:

@@ -1,10 +1,11 @@
 """Step markers and plain-loop step timing for a program run under ``sysmetrics record``.
 
 ``sysmetrics record`` creates a step file with :func:`create` in a private directory of
-its own (``mkdtemp``: mode 0700) and names it in the ``SYSMETRICS_STEP_FILE`` environment
-variable of the command it runs; :func:`step` writes the current step into it, and the
-recorder reads it at every sample. Where the command wraps its loop in :func:`batches`,
-:func:`step` also closes a timed optimizer step on a
+its own (:func:`private_directory`: ``mkdtemp``, mode 0700, in memory where it can) and
+names it in the ``SYSMETRICS_STEP_FILE`` environment variable of the command it runs;
+:func:`step` writes the current step into it, and the recorder reads it at every sample.
+Where the command wraps its loop in :func:`batches`, :func:`step` also closes a timed
+optimizer step on a
 :class:`~sysmetrics.steptime.StepClock` and writes the clock's totals into the file,
 from which the recorder's monitor makes the ``step.*`` keys (``monitor.step_timing``).
 
@@ -55,6 +56,7 @@ import math
 import os
 import stat
 import struct
+import tempfile
 import threading
 import time
 import warnings
@@ -91,12 +93,29 @@ SIZE = TIMING + _BLOCK.size  # bytes of a step file, exactly
 STEP_POLL = 0.1  # longest seconds between two reads of the step file
 STEP_TRIES = 20  # reads of the step file at most, until two in a row agree (or seqs)
 RANK_VARS = ("LOCAL_RANK", "RANK")  # the first one set says whether this process times
+MEMORY_DIR = "/dev/shm"  # memory (tmpfs): a step's write never waits on a disk's journal
 
 _fd: int | None = None  # the step file, open, once opened (format 2: the timing lock)
 _format_2 = False  # whether it is a format 2 file (it has the timing block)
 _tried = False  # whether opening it was tried (it is tried once)
 _timing: _Timing | None = None  # this process's step timing, once batches() set it up
 _timing_tried = False  # whether setting it up was tried (it is tried once)
+
+
+def private_directory() -> str:
+    """Make the recorder's private directory (``mkdtemp``: mode 0700) and return its path.
+
+    In :data:`MEMORY_DIR` where a directory can be made there: every ``step()`` writes
+    the file, and on a disk's filesystem (ext4 under ``/tmp``) a write that changes its
+    mtime may wait for the journal. Else in the system's temporary directory.
+
+    Raises:
+        OSError: no directory can be made in either.
+
+    """
+    with contextlib.suppress(OSError):  # missing, not a directory, full, read-only
+        return tempfile.mkdtemp(prefix="sysmetrics-", dir=MEMORY_DIR)
+    return tempfile.mkdtemp(prefix="sysmetrics-")
 
 
 def create(directory: str) -> str:

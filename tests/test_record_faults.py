@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -337,3 +338,39 @@ def test_live_with_stderr_closed_prints_nothing(tmp_path: Path, before: str) -> 
     assert done.stdout == "stderr closed\n"
     for line in run.read_text().splitlines():  # nothing else went into the run file
         json.loads(line)
+
+
+# -- the step file lives in memory: a write never waits on a disk's journal ---------------
+
+WHERE = "import os; print(os.environ['SYSMETRICS_STEP_FILE'])"
+
+
+def test_the_step_file_is_in_memory_where_dev_shm_is(tmp_path: Path) -> None:
+    """Each ``step()`` is a ``pwrite`` now; on a disk's filesystem (ext4 under ``/tmp``)
+    a write that changes the file's mtime can wait for the journal. Under ``/dev/shm``
+    (tmpfs) it never does."""
+    if not (os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)):
+        pytest.skip("no writable /dev/shm")
+    done = run_record(tmp_path, WHERE)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("/dev/shm/sysmetrics-"), done.stdout
+
+
+def test_without_a_memory_filesystem_the_step_file_is_in_the_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fake that runs everywhere: a memory folder that is missing, or where no
+    directory can be made, leaves the system's temporary directory."""
+    for memory in [str(tmp_path / "missing"), str(tmp_path / "file")]:
+        (tmp_path / "file").write_text("")
+        monkeypatch.setattr(steps, "MEMORY_DIR", memory)
+        made = steps.private_directory()
+        try:
+            assert os.path.dirname(made) == tempfile.gettempdir()
+            assert os.stat(made).st_mode & 0o777 == 0o700
+        finally:
+            os.rmdir(made)
+    monkeypatch.setattr(steps, "MEMORY_DIR", str(tmp_path))
+    made = steps.private_directory()
+    assert os.path.dirname(made) == str(tmp_path)
+    os.rmdir(made)
