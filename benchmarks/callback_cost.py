@@ -10,13 +10,20 @@ per framework. A second table: what the step timing (``step.*`` keys) adds to th
 that begin and end each step, the same training timed with it and without it. A third,
 for plain loops under ``sysmetrics record``: what ``sysmetrics.batches`` adds per item
 and ``sysmetrics.step`` costs, without the recorder, marking steps only, and timing them
-(:func:`plain_loop`).
+(:func:`plain_loop`), beside the bare writes a step can take: a store into a mapping of
+the step file (the design before issue 30: a truncated file kills it with SIGBUS), one
+``pwrite`` of the step, and one ``pwritev`` of the step and the timing block (what
+``step()`` does now). ``python benchmarks/callback_cost.py plain`` prints that table alone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
+import shutil
 import statistics
+import sys
 import tempfile
 import time
 from typing import Any
@@ -344,9 +351,7 @@ def plain_loop(items: int = 20_000, rounds: int = 9) -> dict[str, tuple[float, f
     def fresh(path: str | None) -> None:  # as in a new process, SYSMETRICS_STEP_FILE=path
         if steps._fd is not None:
             os.close(steps._fd)
-        if steps._map is not None:
-            steps._map.close()
-        steps._map = steps._fd = steps._timing = None
+        steps._fd = steps._timing = None
         steps._tried = steps._timing_tried = False
         if path is None:
             os.environ.pop(steps.ENV, None)
@@ -368,7 +373,12 @@ def plain_loop(items: int = 20_000, rounds: int = 9) -> dict[str, tuple[float, f
 
     saved = os.environ.get(steps.ENV)
     times: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:  # private: mkdtemp's 0700, as record's
+    tmp = steps.private_directory()  # where record makes it: memory where it can, 0700
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, tmp, True)
+        disk = tempfile.mkdtemp()
+        cleanup.callback(shutil.rmtree, disk, True)
+        on_disk = steps.create(disk)
         for r in range(rounds):
             path = steps.create(tmp) if r == 0 else os.path.join(tmp, "step")
             bare = per_item(data)
@@ -387,16 +397,52 @@ def plain_loop(items: int = 20_000, rounds: int = 9) -> dict[str, tuple[float, f
                 per_item(sysmetrics.batches(data, batch_size=16)) - bare
             )
             times.setdefault("step, timed", []).append(per_step())
+            for name, cost in bare_writes(path).items():
+                times.setdefault(name, []).append(cost)
+            for name, cost in bare_writes(on_disk).items():  # the temporary directory's
+                if "pwritev" in name:
+                    times.setdefault(f"{name}, {tempfile.gettempdir()}", []).append(cost)
         fresh(saved)
     return {k: (statistics.median(v), min(v)) for k, v in times.items()}
 
 
+def bare_writes(path: str, calls: int = 20_000) -> dict[str, float]:
+    """µs per call of the writes a step can take into the step file at ``path``."""
+    from sysmetrics import steps
+
+    step = b"1".ljust(steps.WIDTH)
+    mark = steps._SEQ.pack(1)
+    block = [step, steps._GAP, mark, steps._TOTALS.pack(1, 1, 1.0, 0.5, 8.0), mark]
+    fd = os.open(path, os.O_RDWR)
+    m = mmap.mmap(fd, steps.SIZE)
+    at, end = steps.STEP_AT, steps.STEP_AT + steps.WIDTH
+    out = {}
+    try:
+        t = time.perf_counter()
+        for _ in range(calls):
+            m[at:end] = step
+        out["write: mmap store (before)"] = (time.perf_counter() - t) / calls * 1e6
+        t = time.perf_counter()
+        for _ in range(calls):
+            os.pwrite(fd, step, at)
+        out["write: pwrite, step only"] = (time.perf_counter() - t) / calls * 1e6
+        t = time.perf_counter()
+        for _ in range(calls):
+            os.pwritev(fd, block, at)
+        out["write: pwritev, step + totals"] = (time.perf_counter() - t) / calls * 1e6
+    finally:
+        m.close()
+        os.close(fd)
+    return out
+
+
 def report_plain_loop(result: dict[str, tuple[float, float]]) -> None:
-    print(f"\n{'plain loop':<32}{'median µs':>10}{'min µs':>10}")
+    print(f"\n{'plain loop':<40}{'median µs':>10}{'min µs':>10}")
     for name, (median, least) in result.items():
-        print(f"{name:<32}{median:10.2f}{least:10.2f}")
+        print(f"{name:<40}{median:10.2f}{least:10.2f}")
     print("batches: added per item over the bare loop; step: per call; marking only: under")
-    print("the recorder without batches (the cost before step timing); timed: with batches")
+    print("the recorder without batches (the cost before step timing); timed: with batches;")
+    print("write: the bare write alone, per call")
 
 
 def main() -> None:
@@ -414,4 +460,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["plain"]:
+        report_plain_loop(plain_loop())
+    else:
+        main()

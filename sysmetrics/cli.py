@@ -8,6 +8,11 @@ command gets each SIGINT once: without a terminal it runs in a process group of 
 (a signal to the recorder's group reaches it only forwarded); with one it shares the
 recorder's group, and a SIGINT is not forwarded while it is in the terminal's foreground
 (Ctrl-C reached it already). See :func:`sysmetrics._child._own_group`.
+
+The recorder's own failure never ends the command: where recording fails (an exception
+of the recorder's), it says so once, leaves the command running, and still exits with
+its status. With its standard error closed (``2>&-``), ``record`` prints nothing (see
+:func:`_closed_stderr`).
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ import argparse
 import contextlib
 import difflib
 import errno
+import io
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
@@ -214,8 +219,45 @@ def _check_gpu_ids(options: Mapping[str, Any]) -> None:
         collector.close()
 
 
+@contextlib.contextmanager
+def _closed_stderr() -> Iterator[None]:
+    """Where standard error (fd 2) is closed, print nothing, and keep it closed for the command.
+
+    Python makes ``sys.stderr`` None then, and ``print(file=None)`` writes to stdout: the
+    live lines and warnings would go among the command's output; and the first file the
+    recorder opens would take fd 2. So, while recording, ``/dev/null`` holds fd 2 (not
+    inherited: the command finds it closed, as it was given) and ``sys.stderr`` writes
+    there. Both are put back on the way out. With fd 2 open, nothing changes.
+    """
+    try:
+        os.fstat(2)
+    except OSError:  # EBADF: closed
+        pass
+    else:
+        yield
+        return
+    null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    if null != 2:  # fd 0 or 1 was free too
+        os.dup2(null, 2, inheritable=False)
+        os.close(null)
+    saved = sys.stderr
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+    try:
+        yield
+    finally:
+        quiet, sys.stderr = sys.stderr, saved
+        with contextlib.suppress(OSError, ValueError):
+            quiet.close()
+        os.close(2)
+
+
 def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run ``args.command`` under a monitor; return its exit status (see the module)."""
+    with _closed_stderr():
+        return _record(args, parser)
+
+
+def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     command: list[str] = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run, after --")
@@ -237,7 +279,7 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if exporter is not None and args.prometheus_port == 0:  # a free port: say which
         url = f"http://127.0.0.1:{exporter.port}/metrics"
         print(f"{parser.prog}: serving {url}", file=sys.stderr)
-    tmp = tempfile.mkdtemp(prefix="sysmetrics-")
+    tmp = steps.private_directory()
     children: list[subprocess.Popen[bytes]] = []
 
     # With a terminal, the command shares our process group, as a shell's pipeline does:
@@ -286,7 +328,16 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 child.wait()
                 _unmake(args.output, made)
                 parser.error(_in_flags(str(exc)))
-            _watch(child, monitor, command, args, step_file, proxy)
+            try:
+                _watch(child, monitor, command, args, step_file, proxy)
+            except Exception as exc:  # the recorder's own failure never ends the command
+                warnings.warn(
+                    f"sysmetrics: recording stopped ({exc!r}"[:300] + "); the command goes "
+                    "on, and sysmetrics record exits with its exit status",
+                    SystemMetricsWarning,
+                    stacklevel=1,
+                )
+                child.wait()  # SIGINT and SIGTERM are still forwarded
         finally:
             if child.poll() is None:  # the recorder failed: never leave the command behind
                 child.kill()
@@ -386,7 +437,7 @@ def _watch(
         if args.live_findings:
             told.start()
         if args.live:
-            live = LiveView(monitor)
+            live = LiveView(monitor, sys.stderr)
             stack.callback(live.close)
             live.start()
         _wait_exited(child)

@@ -2,7 +2,8 @@
 
 :func:`live_line` formats a sample; :class:`LiveView` prints one line per interval from
 ``monitor.latest()`` on its own thread, and stops at its first error, with one warning
-line, so the command never sees it.
+line, so the command never sees it. Without a standard error (``sys.stderr`` None: fd 2
+closed) it prints nothing.
 """
 
 from __future__ import annotations
@@ -69,16 +70,22 @@ def live_line(
 
 
 class LiveView(threading.Thread):
-    """Prints :func:`live_line` of ``monitor.latest()`` to ``stream`` every interval."""
+    """Prints :func:`live_line` of ``monitor.latest()`` to ``stream`` every interval.
 
-    def __init__(self, monitor: SystemMonitor, stream: TextIO = sys.stderr) -> None:
+    ``stream``: ``sys.stderr`` (as it is at construction) by default; where that is None
+    (fd 2 closed), nothing is printed: ``print(file=None)`` would write to stdout.
+    """
+
+    def __init__(self, monitor: SystemMonitor, stream: Optional[TextIO] = None) -> None:
         super().__init__(name="sysmetrics-live", daemon=True)
         self.monitor = monitor
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stderr
         self.done = threading.Event()
 
     def run(self) -> None:
         """Print a line every interval until :meth:`close`, or the first error."""
+        if self.stream is None:  # no standard error: nothing to print to
+            return
         previous: Mapping[str, float] = {}
         last = time.monotonic()
         while not self.done.wait(self.monitor.interval):

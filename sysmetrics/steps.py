@@ -1,10 +1,11 @@
 """Step markers and plain-loop step timing for a program run under ``sysmetrics record``.
 
 ``sysmetrics record`` creates a step file with :func:`create` in a private directory of
-its own (``mkdtemp``: mode 0700) and names it in the ``SYSMETRICS_STEP_FILE`` environment
-variable of the command it runs; :func:`step` writes the current step into it, and the
-recorder reads it at every sample. Where the command wraps its loop in :func:`batches`,
-:func:`step` also closes a timed optimizer step on a
+its own (:func:`private_directory`: ``mkdtemp``, mode 0700, in memory where it can) and
+names it in the ``SYSMETRICS_STEP_FILE`` environment variable of the command it runs;
+:func:`step` writes the current step into it, and the recorder reads it at every sample.
+Where the command wraps its loop in :func:`batches`, :func:`step` also closes a timed
+optimizer step on a
 :class:`~sysmetrics.steptime.StepClock` and writes the clock's totals into the file,
 from which the recorder's monitor makes the ``step.*`` keys (``monitor.step_timing``).
 
@@ -18,9 +19,17 @@ and keeps what it read only where the two agree (a write that began after the re
 first load changed the first sequence number; one that had not ended changed nothing
 of the second yet). A read that raced a write is tried again, up to
 :data:`STEP_TRIES` times, then the last consistent totals stand: a writer stopped in
-the middle of a write never blocks the recorder. (The loads and stores are in program
-order, each field one aligned 8-byte copy, and each process sees the other's stores in
-the order they were made, as on x86-64.)
+the middle of a write never blocks the recorder. (The writer stores with one
+``pwritev``, a buffer per part, the reader loads with one ``pread`` per part: each
+part is copied after the one before, and each process sees the other's stores in the
+order they were made, as on x86-64.)
+
+Both sides use ``pwrite``/``pread`` on a descriptor, never a mapping: a file that the
+command truncates (``> $SYSMETRICS_STEP_FILE``) would raise SIGBUS at the next access
+of a mapping, killing the process that touched it. A write extends the file again; a
+read of a file shorter than :data:`SIZE` is no read (the recorder warns once, see
+:class:`_StepReader`). A write that fails (the disk full, the descriptor closed by the
+command) warns once, and the process marks no more steps.
 
 One process of the command times steps, so that the block has one writer: the first one
 that calls :func:`batches` among those whose ``LOCAL_RANK`` (else ``RANK``) is unset or
@@ -44,10 +53,10 @@ from __future__ import annotations
 
 import contextlib
 import math
-import mmap
 import os
 import stat
 import struct
+import tempfile
 import threading
 import time
 import warnings
@@ -72,7 +81,9 @@ MAGIC = b"sysmetrics step file 2\n"  # the first bytes of every step file
 MAGIC_1 = b"sysmetrics step file 1\n"  # format 1 (an older recorder): the step only
 WIDTH = 20  # bytes of the step; each step overwrites them all, padded with spaces
 SIZE_1 = len(MAGIC_1) + WIDTH  # bytes of a format 1 step file, exactly
-TIMING = (len(MAGIC) + WIDTH + 7) // 8 * 8  # offset of the timing block: 8-byte aligned
+STEP_AT = len(MAGIC)  # offset of the step (both formats: the headers have one length)
+TIMING = (STEP_AT + WIDTH + 7) // 8 * 8  # offset of the timing block: 8-byte aligned
+_GAP = b" " * (TIMING - STEP_AT - WIDTH)  # the padding between the step and the block
 _SEQ = struct.Struct("=Q")  # a sequence number
 _TOTALS = struct.Struct("=qqddd")  # writer's pid, steps, seconds, wait, samples
 _BLOCK = struct.Struct("=QqqdddQ")  # the whole block, as the writer stores it
@@ -82,12 +93,29 @@ SIZE = TIMING + _BLOCK.size  # bytes of a step file, exactly
 STEP_POLL = 0.1  # longest seconds between two reads of the step file
 STEP_TRIES = 20  # reads of the step file at most, until two in a row agree (or seqs)
 RANK_VARS = ("LOCAL_RANK", "RANK")  # the first one set says whether this process times
+MEMORY_DIR = "/dev/shm"  # memory (tmpfs): a step's write never waits on a disk's journal
 
-_map: mmap.mmap | None = None  # the step file, mapped, once opened
-_fd: int | None = None  # the step file, open (format 2): the timing writer's lock
+_fd: int | None = None  # the step file, open, once opened (format 2: the timing lock)
+_format_2 = False  # whether it is a format 2 file (it has the timing block)
 _tried = False  # whether opening it was tried (it is tried once)
 _timing: _Timing | None = None  # this process's step timing, once batches() set it up
 _timing_tried = False  # whether setting it up was tried (it is tried once)
+
+
+def private_directory() -> str:
+    """Make the recorder's private directory (``mkdtemp``: mode 0700) and return its path.
+
+    In :data:`MEMORY_DIR` where a directory can be made there: every ``step()`` writes
+    the file, and on a disk's filesystem (ext4 under ``/tmp``) a write that changes its
+    mtime may wait for the journal. Else in the system's temporary directory.
+
+    Raises:
+        OSError: no directory can be made in either.
+
+    """
+    with contextlib.suppress(OSError):  # missing, not a directory, full, read-only
+        return tempfile.mkdtemp(prefix="sysmetrics-", dir=MEMORY_DIR)
+    return tempfile.mkdtemp(prefix="sysmetrics-")
 
 
 def create(directory: str) -> str:
@@ -100,8 +128,7 @@ def create(directory: str) -> str:
     path = os.path.join(directory, "step")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        gap = TIMING - len(MAGIC) - WIDTH
-        os.write(fd, MAGIC + b" " * (WIDTH + gap) + bytes(_BLOCK.size))
+        os.write(fd, MAGIC + b" " * WIDTH + _GAP + bytes(_BLOCK.size))
     finally:
         os.close(fd)
     return path
@@ -126,8 +153,25 @@ def refusal(path: str, fd: int) -> str | None:
     return None
 
 
-def _open(stacklevel: int = 3) -> mmap.mmap | None:
-    global _map, _fd, _tried
+def _write(fd: int, parts: list[bytes], offset: int) -> None:
+    """Write ``parts`` one after the other at ``offset`` of ``fd``, with one system call."""
+    if hasattr(os, "pwritev"):
+        os.pwritev(fd, parts, offset)
+    else:  # pragma: no cover - Windows: no pwritev (the descriptor is this module's alone)
+        os.lseek(fd, offset, os.SEEK_SET)
+        os.write(fd, b"".join(parts))
+
+
+def _read(fd: int, n: int, offset: int) -> bytes:
+    """Up to ``n`` bytes at ``offset`` of ``fd`` (fewer where the file is shorter)."""
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, offset)
+    os.lseek(fd, offset, os.SEEK_SET)  # pragma: no cover - Windows
+    return os.read(fd, n)  # pragma: no cover
+
+
+def _open(stacklevel: int = 3) -> int | None:
+    global _fd, _format_2, _tried
     _tried = True
     path = os.environ.get(ENV)
     if not path:
@@ -140,11 +184,9 @@ def _open(stacklevel: int = 3) -> mmap.mmap | None:
         fd = os.open(path, flags)
         try:
             why = refusal(path, fd)
-            if why is None:
-                size = os.fstat(fd).st_size
-                _map = mmap.mmap(fd, size)
-                if size == SIZE:  # kept open: batches() locks it to time steps
-                    _fd, fd = fd, -1
+            if why is None:  # kept open: step() writes it, batches() locks it to time steps
+                _format_2 = os.fstat(fd).st_size == SIZE
+                _fd, fd = fd, -1
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -157,37 +199,78 @@ def _open(stacklevel: int = 3) -> mmap.mmap | None:
             SystemMetricsWarning,
             stacklevel=stacklevel,
         )
-    return _map
+    return _fd
+
+
+def _unwritable(exc: OSError, stacklevel: int) -> None:
+    """A write into the step file failed: warn once, and mark no more steps.
+
+    The descriptor is left open (the command may have closed it and opened another file
+    under its number): the process keeps its lock, if it had it, until it exits.
+    """
+    global _fd, _timing
+    _fd = _timing = None  # _tried stays True: step() returns at once from now on
+    warnings.warn(
+        f"sysmetrics: cannot write the step file ({exc.strerror or exc}); "
+        "sysmetrics.step() marks no more steps in this process",
+        SystemMetricsWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 class _Timing:
     """The process's step clock, and the writer of its totals into the step file."""
 
-    __slots__ = ("clock", "map", "pid", "published", "samples", "seq", "world")
+    __slots__ = ("clock", "fd", "pid", "published", "samples", "seq", "unsized", "world")
 
-    def __init__(self, m: mmap.mmap, world: int) -> None:
+    def __init__(self, fd: int, world: int) -> None:
         self.clock = StepClock()
-        self.map = m
+        self.fd = fd
         self.pid = os.getpid()
         self.world = world  # WORLD_SIZE; 0: samples are not counted
         self.samples = 0.0  # samples of the optimizer step under way, whole job
-        (self.seq,) = _SEQ.unpack_from(m, TIMING)  # a previous writer's last: go on from it
+        self.unsized = False  # whether a batch whose size cannot be found was said
+        last = _read(fd, _SEQ.size, TIMING)  # a previous writer's last: go on from it
+        (self.seq,) = _SEQ.unpack(last) if len(last) == _SEQ.size else (0,)
         self.published = self.clock.totals
 
-    def close_step(self) -> None:
-        """An optimizer step ends: close it on the clock and write the totals."""
+    def close_step(self, step: bytes | None) -> bool:
+        """An optimizer step ends: close it on the clock and write the totals.
+
+        ``step``: the step's text (:data:`WIDTH` bytes), written in the same call, or
+        None. Returns whether the file was written (the first step() of a loop only
+        starts the timing: nothing is written then).
+
+        Raises:
+            OSError: the file cannot be written.
+
+        """
         clock = self.clock
         clock.end(self.samples)
         self.samples = 0.0
         t = clock.totals
-        if t is not self.published:  # the first step() of a loop only starts the timing
-            self.publish(t)
+        if t is self.published:
+            return False
+        self.publish(t, step)
+        return True
 
-    def publish(self, t: StepTotals) -> None:
-        """Write ``t`` into the timing block: sequence number, pid, totals, sequence number."""
+    def publish(self, t: StepTotals, step: bytes | None = None) -> None:
+        """Write ``t`` into the timing block: sequence number, pid, totals, sequence number.
+
+        With ``step`` (:data:`WIDTH` bytes), the step first, in the same system call.
+
+        Raises:
+            OSError: the file cannot be written.
+
+        """
         self.published = t
         self.seq = seq = self.seq + 1
-        _BLOCK.pack_into(self.map, TIMING, seq, self.pid, *t, seq)
+        mark = _SEQ.pack(seq)
+        block = [mark, _TOTALS.pack(self.pid, *t), mark]
+        if step is None:
+            _write(self.fd, block, TIMING)
+        else:
+            _write(self.fd, [step, _GAP, *block], STEP_AT)
 
 
 def _local_rank_zero() -> bool:
@@ -226,11 +309,10 @@ def _setup(stacklevel: int) -> _Timing | None:
     """The process's :class:`_Timing`, where it is the one that times (see the module)."""
     global _timing, _timing_tried
     _timing_tried = True
-    m = _map
-    if m is None and (_tried or (m := _open(stacklevel + 1)) is None):
-        return None
     fd = _fd
-    if fd is None or not _local_rank_zero():  # a format 1 file; another rank
+    if fd is None and (_tried or (fd := _open(stacklevel + 1)) is None):
+        return None
+    if not _format_2 or not _local_rank_zero():  # a format 1 file; another rank
         return None
     if fcntl is not None:
         try:
@@ -244,7 +326,7 @@ def _setup(stacklevel: int) -> _Timing | None:
                 stacklevel=stacklevel,
             )
             return None
-    _timing = _Timing(m, _world_size(stacklevel))
+    _timing = _Timing(fd, _world_size(stacklevel))
     return _timing
 
 
@@ -255,14 +337,11 @@ def _forked() -> None:
     worker) could time beside a parent that times, or take the lock a parent that did
     not time yet would then share. Closing the child's copy leaves the parent's lock.
     """
-    global _map, _fd, _tried, _timing, _timing_tried
+    global _fd, _tried, _timing, _timing_tried
     if _fd is not None:
         with contextlib.suppress(OSError):
             os.close(_fd)
-    if _map is not None:
-        with contextlib.suppress(BufferError, ValueError):
-            _map.close()
-    _map = _fd = _timing = None
+    _fd = _timing = None
     _tried = _timing_tried = False
 
 
@@ -334,55 +413,88 @@ def _timed(iterable: Iterable[T], timing: _Timing, size: Optional[float]) -> Ite
             return
         clock.waited(perf() - start)
         if world:
-            n = size if size is not None else batch_size(item)
+            n = size if size is not None else _size_of(item, timing)
             if n:
                 timing.samples += n * world
         yield item
         start = perf()
 
 
+def _size_of(item: object, timing: _Timing) -> float | None:
+    """The samples in ``item`` (:func:`sysmetrics.steptime.batch_size`), never an error.
+
+    An item whose ``shape`` or ``len`` raises (a torch nested tensor: ``RuntimeError``)
+    counts none; the first such item warns, once for the process.
+    """
+    try:
+        return batch_size(item)
+    except Exception as exc:  # any error of the item's own: it must not reach the loop
+        if not timing.unsized:
+            timing.unsized = True
+            warnings.warn(
+                f"sysmetrics: sysmetrics.batches() cannot find the size of a batch "
+                f"({type(item).__name__}: {exc!r}"[:300]
+                + "); such batches count no samples (pass batch_size=N to count them)",
+                SystemMetricsWarning,
+                stacklevel=3,  # the loop's line: _size_of, _timed, the loop
+            )
+        return None
+
+
 def step(n: int) -> None:
     """Mark the current training step ``n`` for ``sysmetrics record``.
 
-    The first call maps the step file named by ``SYSMETRICS_STEP_FILE`` into memory; each
-    call then writes ``n`` into the mapping, with no system call (a few hundred ns, mostly
-    formatting ``n``). In a loop wrapped in :func:`batches`, each call also closes an
-    optimizer step and writes the step timing's totals (about a µs more). Without the
-    variable every call returns at once; where it names no step file made by the
-    recorder (see the module), the file is never written: the first call warns once,
-    the others return at once. A step longer than 20 characters is not written (never
-    an error in the loop); the recorder ignores what does not read as an integer.
+    The first call opens the step file named by ``SYSMETRICS_STEP_FILE``; each call then
+    writes ``n`` into it with one ``pwrite`` (about 1 µs). In a loop wrapped in
+    :func:`batches`, each call also closes an optimizer step and writes the step
+    timing's totals in the same system call (a µs or two more). Without the variable
+    every call returns at once; where it names no step file made by the recorder (see
+    the module), the file is never written: the first call warns once, the others
+    return at once. A write that fails warns once, and later calls return at once. A
+    step longer than 20 characters is not written (never an error in the loop); the
+    recorder ignores what does not read as an integer.
     """
-    m = _map
-    if m is None and (_tried or (m := _open()) is None):
+    fd = _fd
+    if fd is None and (_tried or (fd := _open()) is None):
         return
-    timing = _timing
-    if timing is not None:
-        timing.close_step()
     try:
-        data = f"{n:<20}".encode()  # WIDTH bytes: nothing of a longer step is left behind
+        data: bytes | None = f"{n:<20}".encode()  # WIDTH bytes: nothing longer is left
     except (TypeError, ValueError):  # not formattable (a tensor of several elements, ...)
-        return
-    if len(data) == WIDTH:
-        m[len(MAGIC) : len(MAGIC) + WIDTH] = data
+        data = None
+    if data is not None and len(data) != WIDTH:
+        data = None
+    timing = _timing
+    try:
+        if timing is not None and timing.close_step(data):
+            return  # the step went with the totals
+        if data is not None:
+            _write(fd, [data], STEP_AT)
+    except OSError as exc:
+        _unwritable(exc, stacklevel=2)
 
 
 class _StepReader(threading.Thread):
     """Sets ``monitor.step`` from the step file every ``STEP_POLL`` s (or interval).
 
     It also sets ``monitor.step_timing`` to :meth:`timing`, the command's step totals.
+    The file is read with ``pread``: a file the command truncated is read short, never
+    with a fault. A short read (or one that fails) is no read: the first one warns, the
+    step and totals read before stand, and the reads go on (the command's next
+    ``step()`` writes the file whole again).
+
+    Raises:
+        OSError: the step file cannot be opened.
+
     """
 
     def __init__(self, monitor: SystemMonitor, path: str) -> None:
         super().__init__(name="sysmetrics-steps", daemon=True)
         self.monitor = monitor
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:  # mapped, as the command maps it: two reads take ~0.1 us, two preads ~2 us
-            self.map = mmap.mmap(fd, SIZE, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # -1 once closed
         self.done = threading.Event()
-        self._lock = threading.Lock()  # timing() runs on the sampling thread and in close()
+        # reads run on this thread, the sampling thread (timing()) and in close()
+        self._lock = threading.Lock()
+        self._warned = False  # whether a short or failed read was said
         self._totals: StepTotals | None = None  # the last consistent totals, as given
         self._seq = 0  # the sequence number they were read at
         self._pid = 0  # the writer they came from
@@ -390,19 +502,49 @@ class _StepReader(threading.Thread):
         self._base = StepTotals(0, 0, 0.0, 0.0)  # the previous writers' totals
         monitor.step_timing = self.timing
 
+    def _pread(self, n: int, offset: int) -> bytes | None:
+        """``n`` bytes at ``offset``, or None (closed, short, failed: the first warns)."""
+        if self.fd < 0:  # closed: the last read of close() stands
+            return None
+        try:
+            data = _read(self.fd, n, offset)
+        except OSError as exc:
+            why = f"cannot read the step file ({exc.strerror or exc})"
+        else:
+            if len(data) == n:
+                return data
+            try:
+                size = os.fstat(self.fd).st_size
+            except OSError:
+                size = 0
+            if size >= SIZE:  # whole again since the read (a write): as a raced read
+                return None
+            why = f"the step file was truncated ({size} of {SIZE} bytes left)"
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"sysmetrics: {why}; samples get no new step nor step keys until "
+                "sysmetrics.step() writes it again",
+                SystemMetricsWarning,
+                stacklevel=2,
+            )
+        return None
+
     def read(self) -> None:
         """Take the step in the file; what is not an integer is ignored.
 
         A read that raced a write (two reads that differ) is tried again, up to
         ``STEP_TRIES`` times: a loop that marks a step every microsecond still gets read.
         """
-        start, end = len(MAGIC), len(MAGIC) + WIDTH  # the header, then the step
-        with contextlib.suppress(ValueError):
-            text = self.map[start:end]
+        with self._lock:
+            text = self._pread(WIDTH, STEP_AT)
             for _ in range(STEP_TRIES):
-                again = self.map[start:end]
+                if text is None:
+                    return
+                again = self._pread(WIDTH, STEP_AT)
                 if again == text:
-                    self.monitor.step = int(text.decode())
+                    with contextlib.suppress(ValueError):
+                        self.monitor.step = int(text.decode())
                     return
                 text = again
 
@@ -419,18 +561,19 @@ class _StepReader(threading.Thread):
         """
         self.read()
         with self._lock:
-            m = self.map
             for _ in range(STEP_TRIES):
-                try:  # in this order: see the module
-                    (tail,) = _SEQ.unpack_from(m, TAIL_AT)
-                    pid, steps, seconds, wait, samples = _TOTALS.unpack_from(m, TOTALS_AT)
-                    (head,) = _SEQ.unpack_from(m, TIMING)
-                except ValueError:  # closed: the last read of close() stands
+                # in this order: see the module
+                tail_data = self._pread(_SEQ.size, TAIL_AT)
+                totals_data = tail_data and self._pread(_TOTALS.size, TOTALS_AT)
+                head_data = totals_data and self._pread(_SEQ.size, TIMING)
+                if not (tail_data and totals_data and head_data):
                     return self._totals
-                if head == tail:
+                if head_data == tail_data:
                     break
             else:  # a write under way at every try: a writer stopped in the middle
                 return self._totals
+            (tail,) = _SEQ.unpack(tail_data)
+            pid, steps, seconds, wait, samples = _TOTALS.unpack(totals_data)
             if pid == 0 or tail == self._seq:  # nothing written yet, or nothing new
                 return self._totals
             self._seq = tail
@@ -464,6 +607,8 @@ class _StepReader(threading.Thread):
         if self.ident is not None:  # started
             self.join()
         self.read()
-        self.timing()  # the monitor's last sample gets these (the map is closed then)
+        self.timing()  # the monitor's last sample gets these (the file is closed then)
         with self._lock:
-            self.map.close()
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1

@@ -141,7 +141,6 @@ def step_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in [
-        ("_map", None),
         ("_fd", None),
         ("_tried", False),
         ("_timing", None),
@@ -151,8 +150,6 @@ def step_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     yield path
     if steps._fd is not None:
         os.close(steps._fd)
-    if steps._map is not None:
-        steps._map.close()
 
 
 def test_batches_and_step_write_totals_the_recorder_reads(step_file: Path) -> None:
@@ -241,16 +238,12 @@ def test_a_writer_stopped_mid_write_leaves_the_last_consistent_totals(step_file:
 def write_forever(path: str, stop: multiprocessing.synchronize.Event) -> None:
     """Write totals that all derive from one k, as fast as the writer can."""
     fd = os.open(path, os.O_RDWR)
-    import mmap
-
-    m = mmap.mmap(fd, steps.SIZE)
-    os.close(fd)
-    w = steps._Timing(m, 1)
+    w = steps._Timing(fd, 1)
     k = 0
     while not stop.is_set():
         k += 1
         w.publish(StepTotals(k, k * 0.5, k * 0.25, k * 8.0))
-    m.close()
+    os.close(fd)
 
 
 def test_the_reader_never_sees_a_mix_of_two_writes(step_file: Path) -> None:
@@ -289,7 +282,7 @@ def test_without_the_recorder_batches_is_the_iterables_iterator(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv(steps.ENV, raising=False)
-    for name, value in [("_map", None), ("_tried", False), ("_timing_tried", False)]:
+    for name, value in [("_fd", None), ("_tried", False), ("_timing_tried", False)]:
         monkeypatch.setattr(steps, name, value)
     items = [1, 2, 3]
     it = sysmetrics.batches(items)

@@ -494,16 +494,15 @@ def test_an_unknown_flag_gets_records_usage_and_a_suggestion(
 
 def test_step_without_the_recorder_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(steps.ENV, raising=False)
-    monkeypatch.setattr(steps, "_map", None)
+    monkeypatch.setattr(steps, "_fd", None)
     monkeypatch.setattr(steps, "_tried", False)
     sysmetrics.step(5)
-    assert steps._tried and steps._map is None
+    assert steps._tried and steps._fd is None
 
 
 def fresh_step(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
     """``step()`` as in a new process whose ``SYSMETRICS_STEP_FILE`` names ``path``."""
     monkeypatch.setenv(steps.ENV, str(path))
-    monkeypatch.setattr(steps, "_map", None)
     monkeypatch.setattr(steps, "_fd", None)
     monkeypatch.setattr(steps, "_tried", False)
     monkeypatch.setattr(steps, "_timing", None)
@@ -525,8 +524,7 @@ def test_step_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     sysmetrics.step("é" * 15)  # type: ignore[arg-type]
     sysmetrics.step(object())  # type: ignore[arg-type]
     assert path.read_bytes() == steps.MAGIC + b"7".ljust(steps.WIDTH) + rest
-    assert steps._map is not None and steps._fd is not None
-    steps._map.close()
+    assert steps._fd is not None
     os.close(steps._fd)
 
 
@@ -598,7 +596,7 @@ def test_step_leaves_other_kinds_of_path_alone(
     with pytest.warns(sysmetrics.SystemMetricsWarning, match="names no step file"):
         sysmetrics.step(7)
     sysmetrics.step(8)  # warned once: later calls return at once
-    assert steps._tried and steps._map is None
+    assert steps._tried and steps._fd is None
     if kind == "symlink":
         assert path.read_bytes() == step_file_bytes()
 
