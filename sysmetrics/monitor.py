@@ -72,12 +72,18 @@ class SystemMonitor(_Readers):
 
     Faults stay in the collector that made them: one that raises, returns something that
     is not ``{str: real number}``, or whose ``aggregation()`` fails is disabled with one
-    :class:`SystemMetricsWarning` and its keys are dropped; non-finite values (NaN, inf)
+    :class:`SystemMetricsWarning` and its keys are dropped, except that one short of a
+    resource (:func:`sysmetrics.engine.transient`: no descriptors, memory or threads) only
+    skips that sample (one warning, the first time) and is tried again after
+    ``RETRY_FIRST`` s, the wait doubling up to ``RETRY_MAX`` s, and is disabled only if it
+    is still failing ``GIVE_UP_AFTER`` s after it began; non-finite values (NaN, inf)
     are dropped with a debug line, and every percentage (a key whose unit is ``%`` in
     :mod:`sysmetrics.descriptions`) is held within 0..100; one whose ``sample()`` has not
     returned for ``STUCK_AFTER`` s is noticed by the watchdog (whether anyone reads the
     monitor or not), disabled with one warning and left behind on its thread, and the
-    others go on sampling at once on a new thread. A key no collector has reported for
+    others go on sampling at once on a new thread (each thread's collector in ``sample()``
+    is its own record, so every collector stuck in turn is found; a new thread that cannot
+    start is retried like a collector short of a resource). A key no collector has reported for
     ``FORGET_AFTER`` ticks is forgotten, so keys that come and go do not accumulate.
 
     Args:
