@@ -321,7 +321,8 @@ def test_a_sampling_thread_that_cannot_restart_is_retried(monkeypatch: pytest.Mo
                 m.snapshot()
                 m.latest()
                 time.sleep(0.01)
-            assert m.running and m.collectors == [good]
+            wait_for(lambda: m.collectors == [good], timeout=5.0)
+            assert m.running
             n = good.n
             fail.clear()  # the shortage clears: sampling resumes
             wait_for(lambda: good.n > n + 5, timeout=5.0)
@@ -470,13 +471,56 @@ def test_each_of_several_collectors_stuck_one_after_another_is_found(
     run_stuck_in_turn(monkeypatch, [Blocks(f"blocks{i}") for i in range(n)])
 
 
-def test_the_same_collector_listed_twice_stuck_twice_is_found_twice(
+def test_two_collectors_of_one_name_stuck_in_turn_are_each_found(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two collectors of one name (two of the same class, as two copies of one collector
-    configured twice) stuck one after the other: each is found."""
+    """Two collectors of one name (two of the same class) stuck one after the other."""
     monkeypatch.setattr(sysmetrics_monitor, "STUCK_AFTER", 0.3)
     run_stuck_in_turn(monkeypatch, [Blocks("blocks"), Blocks("blocks")])
+
+
+class BlocksEachTime(BaseCollector):
+    """Once ``block`` is set, every ``sample()`` blocks until its own entry is released."""
+
+    name = "again"
+
+    def __init__(self) -> None:
+        self.block = threading.Event()
+        self.entries: list[threading.Event] = []  # one per blocked call, in order
+
+    def sample(self) -> dict[str, float]:
+        if self.block.is_set():
+            go = threading.Event()
+            self.entries.append(go)
+            go.wait(60)
+        return {"again.x": 1.0}
+
+
+def test_the_same_collector_stuck_twice_is_found_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One collector instance sampled twice a tick (listed twice) is stuck on the first
+    thread, left behind, then stuck again on the new thread while the first returns."""
+    monkeypatch.setattr(sysmetrics_monitor, "STUCK_AFTER", 0.3)
+    good, again = Counting(), BlocksEachTime()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = SystemMonitor(interval=0.02, collectors=[good, again, again]).start()
+        try:
+            again.block.set()
+            wait_for(lambda: len(again.entries) == 1, timeout=5.0)
+            wait_for(lambda: m.collectors == [good, again], timeout=5.0)  # left behind once
+            wait_for(lambda: len(again.entries) == 2, timeout=5.0)  # stuck on the new thread
+            again.entries[0].set()  # the first thread returns
+            wait_for(lambda: m.collectors == [good], timeout=5.0)  # found again
+            n = good.n
+            wait_for(lambda: good.n > n + 3, timeout=5.0)
+            assert m.running
+        finally:
+            again.block.clear()
+            for go in again.entries:
+                go.set()
+            m.stop()
+    warned = messages(caught)
+    assert len(warned) == 2 and all("'again' has not returned" in w for w in warned), warned
 
 
 def run_stuck_in_turn(monkeypatch: pytest.MonkeyPatch, stuck: list[Blocks]) -> None:
