@@ -9,6 +9,7 @@ without a cycle.
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
 import math
 import numbers
@@ -57,6 +58,16 @@ FORGET_UNREAD_AFTER = 1000  # ticks: ... even with samples nobody has read
 _SWEEP_EVERY = 16  # ticks between two looks for keys to forget
 _REPR = 120  # characters of a bad value quoted in a warning
 
+# Retries after a shortage (``transient``): a collector's sample, the sampling thread's restart.
+RETRY_FIRST = 1.0  # s: the first retry comes this long after the first failure
+RETRY_MAX = 8.0  # s: each failure doubles the wait, up to this
+GIVE_UP_AFTER = 60.0  # s: still failing this long after its first failure: disabled (stopped)
+
+# What runs short and clears by itself: descriptors (process, system), memory, tasks.
+TRANSIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
+_NO_THREAD = "can't start new thread"  # RuntimeError of threading under pids.max, ulimit -u
+_CAUSES = 8  # links of an exception's cause/context chain looked at
+
 
 def _short(value: object) -> str:
     """``repr(value)``, cut to a warning's length."""
@@ -66,6 +77,51 @@ def _short(value: object) -> str:
 def _name(exc: BaseException) -> str:
     """``Type: message`` of an exception, the message cut to a warning's length."""
     return f"{type(exc).__name__}: {quote(str(exc), _REPR)}"
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is a shortage that may clear by itself, so worth a retry.
+
+    An ``OSError`` with errno ``EMFILE``, ``ENFILE``, ``EAGAIN`` or ``ENOMEM``, a
+    ``MemoryError``, a ``RuntimeError: can't start new thread``; or an ``Exception``
+    raised from (or while handling) one, up to ``_CAUSES`` links back. The one place the
+    engine tells a transient error from a lasting one.
+    """
+    e: BaseException | None = exc
+    for _ in range(_CAUSES):
+        if not isinstance(e, Exception):
+            return False  # None, or KeyboardInterrupt, SystemExit: never retried
+        if isinstance(e, MemoryError):
+            return True
+        if isinstance(e, OSError) and e.errno in TRANSIENT_ERRNOS:
+            return True
+        if isinstance(e, RuntimeError) and str(e.args[0] if e.args else "").startswith(_NO_THREAD):
+            return True
+        e = e.__cause__ if e.__cause__ is not None or e.__suppress_context__ else e.__context__
+    return False
+
+
+class _Retry:
+    """A run of transient failures of one part: when to try again, when to give up.
+
+    Times are the engine's monotonic seconds. The first try is due at once; after each
+    failure the wait is ``RETRY_FIRST``, then doubles up to ``RETRY_MAX``.
+    """
+
+    __slots__ = ("due", "since", "wait")
+
+    def __init__(self, now: float) -> None:
+        self.since = now  # the first failure
+        self.wait = 0.0  # s; 0 until the first failure
+        self.due = now  # the next try
+
+    def failed(self, now: float) -> bool:
+        """One more failure at ``now``; False once it has kept failing ``GIVE_UP_AFTER`` s."""
+        if now - self.since >= GIVE_UP_AFTER:
+            return False
+        self.wait = RETRY_FIRST if self.wait == 0.0 else min(2.0 * self.wait, RETRY_MAX)
+        self.due = now + self.wait
+        return True
 
 
 class _Misbehaved(Exception):

@@ -14,6 +14,7 @@ from typing import Optional
 
 from typing_extensions import Unpack
 
+from sysmetrics import engine
 from sysmetrics import options as opts
 from sysmetrics._checks import check_interval
 from sysmetrics._readers import _Readers
@@ -30,7 +31,9 @@ from sysmetrics.engine import (  # the engine's bounds and parts, still reachabl
     _live,
     _Misbehaved,
     _name,
+    _Retry,
     _short,
+    transient,
 )
 from sysmetrics.engine import _REPR as _REPR
 from sysmetrics.engine import EXIT_BUDGET as EXIT_BUDGET
@@ -69,12 +72,18 @@ class SystemMonitor(_Readers):
 
     Faults stay in the collector that made them: one that raises, returns something that
     is not ``{str: real number}``, or whose ``aggregation()`` fails is disabled with one
-    :class:`SystemMetricsWarning` and its keys are dropped; non-finite values (NaN, inf)
+    :class:`SystemMetricsWarning` and its keys are dropped, except that one short of a
+    resource (:func:`sysmetrics.engine.transient`: no descriptors, memory or threads) only
+    skips that sample (one warning, the first time) and is tried again after
+    ``RETRY_FIRST`` s, the wait doubling up to ``RETRY_MAX`` s, and is disabled only if it
+    is still failing ``GIVE_UP_AFTER`` s after it began; non-finite values (NaN, inf)
     are dropped with a debug line, and every percentage (a key whose unit is ``%`` in
     :mod:`sysmetrics.descriptions`) is held within 0..100; one whose ``sample()`` has not
     returned for ``STUCK_AFTER`` s is noticed by the watchdog (whether anyone reads the
     monitor or not), disabled with one warning and left behind on its thread, and the
-    others go on sampling at once on a new thread. A key no collector has reported for
+    others go on sampling at once on a new thread (each thread's collector in ``sample()``
+    is its own record, so every collector stuck in turn is found; a new thread that cannot
+    start is retried like a collector short of a resource). A key no collector has reported for
     ``FORGET_AFTER`` ticks is forgotten, so keys that come and go do not accumulate.
 
     Args:
@@ -158,7 +167,13 @@ class SystemMonitor(_Readers):
         self._thread: threading.Thread | None = None
         self._watchdog: threading.Thread | None = None
         self._generation = 0  # bumped when a stuck thread is left behind
-        self._busy: tuple[Collector, float] | None = None  # in sample() since (monotonic)
+        # Per sampling thread (its generation): the collector in sample() and since when
+        # (monotonic). Each thread sets and clears only its own record, so a thread left
+        # behind that returns never clears the record of a newer one.
+        self._busy: dict[int, tuple[Collector, float]] = {}
+        self._retry: dict[int, _Retry] = {}  # id(collector): its run of transient failures
+        self._told: set[int] = set()  # id(collector): warned of a transient failure once
+        self._respawn: _Retry | None = None  # a sampling thread to start (one was left behind)
         self._state = "new"  # new -> running -> stopped
         self._default = self.reader()
 
@@ -234,10 +249,16 @@ class SystemMonitor(_Readers):
             self._state = "stopped"
             return
         thread = self._signal_stop()
+        with self._lock:
+            orphaned = self._respawn is not None  # no sampling thread runs to close them
+            self._respawn = None
+        if orphaned:
+            for c in list(self._collectors):
+                self._close(c)
         if thread is not None and thread is not threading.current_thread():
             thread.join(STOP_WAIT if timeout is None else timeout)
             if thread.is_alive():
-                busy = self._busy
+                busy = self._busy.get(self._generation)
                 name = busy[0].name if busy else "?"
                 log.warning("sysmetrics: collector %r is still sampling; leaving it behind", name)
 
@@ -269,8 +290,8 @@ class SystemMonitor(_Readers):
             name="sysmetrics-monitor",
             daemon=True,
         )
+        thread.start()  # "can't start new thread" (pids.max, ulimit -u): raises, nothing set
         self._thread = thread
-        thread.start()
 
     def _run(self, generation: int, start: float, first: bool) -> None:
         """The sampling thread: tick ``k`` at ``start + k * interval`` until stopped."""
@@ -312,17 +333,20 @@ class SystemMonitor(_Readers):
     def _watch(self) -> None:
         """The watchdog thread: notice a stuck collector, whether anyone reads or not.
 
-        It sleeps until the ``sample()`` in progress has run ``STUCK_AFTER`` s (or
-        ``STUCK_AFTER`` s when none is), so a stuck collector is left behind on time and
-        the others sample again at once; it ends when the monitor stops.
+        It sleeps until the current sampling thread's ``sample()`` in progress has run
+        ``STUCK_AFTER`` s (or ``STUCK_AFTER`` s when none is), or until a sampling thread
+        that could not start is due to be tried again, so a stuck collector is left behind
+        on time and the others sample again at once; it ends when the monitor stops.
         """
         stop = self._stop_event
         try:
             while self._state == "running":
-                busy = self._busy
-                due = (
-                    STUCK_AFTER if busy is None else busy[1] + STUCK_AFTER - self._clock.monotonic()
-                )
+                now = self._clock.monotonic()
+                busy = self._busy.get(self._generation)
+                due = STUCK_AFTER if busy is None else busy[1] + STUCK_AFTER - now
+                respawn = self._respawn
+                if respawn is not None:
+                    due = min(due, respawn.due - now)
                 if stop.wait(max(0.001, due)):
                     return
                 self._check_stuck()
@@ -337,7 +361,8 @@ class SystemMonitor(_Readers):
         self._first = threading.Event()
         self._thread = None
         self._watchdog = None
-        self._busy = None
+        self._busy = {}
+        self._respawn = None
         self._state = "stopped"  # the parent owns the collectors; never close them here
 
     # -- sampling ------------------------------------------------------------------
@@ -347,9 +372,15 @@ class SystemMonitor(_Readers):
         if generation is None:
             generation = self._generation
         clock = self._clock
+        now = clock.monotonic()
         results: list[tuple[Collector, list[tuple[str, float]]]] = []
         failed: list[tuple[Collector, str]] = []
+        short: list[tuple[Collector, BaseException]] = []  # transient failures
+        recovered: list[Collector] = []
         for c in list(self._collectors):
+            retry = self._retry.get(id(c))
+            if retry is not None and now < retry.due:
+                continue  # waiting to retry after a shortage: none of its keys this tick
             if c is self._steps and self.step_timing is not None:
                 # The last: it takes this tick's energy counters (only where steps are timed).
                 self._steps.observe(
@@ -360,16 +391,24 @@ class SystemMonitor(_Readers):
                         if k.endswith(ENERGY_SUFFIX)
                     }
                 )
-            self._busy = (c, clock.monotonic())
+            self._busy[generation] = (c, clock.monotonic())
+            error: BaseException | None = None
             try:
                 values: object = c.sample()
             except BaseException as exc:  # KeyboardInterrupt from a collector included
-                failed.append((c, f"failed and is disabled, the others go on: {_name(exc)}"))
-                continue
+                error = exc
             finally:
-                self._busy = None
+                self._busy.pop(generation, None)  # its own record only
             if generation != self._generation:
                 return  # this thread was left behind while ``c`` was stuck
+            if error is not None:
+                if transient(error):
+                    short.append((c, error))
+                else:
+                    failed.append((c, f"failed and is disabled, the others go on: {_name(error)}"))
+                continue
+            if retry is not None:
+                recovered.append(c)
             try:
                 results.append((c, _checked(c, values)))
             except _Misbehaved as exc:
@@ -396,8 +435,43 @@ class SystemMonitor(_Readers):
                     r.push(sample)
             if tick % _SWEEP_EVERY == 0:
                 self._forget(tick, readers)
+        for c in recovered:
+            self._retry.pop(id(c), None)
+            log.info("sysmetrics: collector %r samples again", c.name)
+        for c, why_short in short:
+            self._short_of(c, why_short, now)
         for c, why in failed:
             self._disable(c, why)
+
+    def _short_of(self, c: Collector, exc: BaseException, now: float) -> None:
+        """``c`` failed for want of a resource (``transient``) at ``now``: skip, retry, or give up.
+
+        Its first such failure warns once; it is tried again after ``RETRY_FIRST`` s,
+        the wait doubling up to ``RETRY_MAX`` s, and disabled at the first failure
+        ``GIVE_UP_AFTER`` s or more after the first of the run (a success ends the run).
+        """
+        retry = self._retry.get(id(c))
+        if retry is None:
+            retry = self._retry[id(c)] = _Retry(now)
+        if not retry.failed(now):
+            self._disable(
+                c,
+                f"has kept failing for {engine.GIVE_UP_AFTER:g} s; it is disabled, "
+                f"the others go on: {_name(exc)}",
+            )
+            return
+        if id(c) in self._told:
+            log.info("sysmetrics: collector %r skipped a sample: %s", c.name, _name(exc))
+            return
+        self._told.add(id(c))
+        warnings.warn(
+            f"sysmetrics: collector {c.name!r} skipped a sample: {_name(exc)}; its keys are left "
+            f"out while this lasts, it is tried again after {engine.RETRY_FIRST:g} s (then at "
+            f"most every {engine.RETRY_MAX:g} s) and disabled only if it keeps failing for "
+            f"{engine.GIVE_UP_AFTER:g} s",
+            SystemMetricsWarning,
+            stacklevel=2,
+        )
 
     def _live_readers(self) -> list[Reader]:
         """The open readers (under the lock); references to dropped ones are pruned."""
@@ -464,6 +538,7 @@ class SystemMonitor(_Readers):
         if collector not in self._collectors:
             return False
         self._collectors.remove(collector)
+        self._retry.pop(id(collector), None)
         readers = self._live_readers()
         for key in [k for k, s in self._series.items() if s.owner is collector]:
             self._drop_key(key, readers)
@@ -484,26 +559,69 @@ class SystemMonitor(_Readers):
         """Leave a collector stuck in ``sample()`` behind and go on without it at once.
 
         Called by the watchdog, and by the readers (which notice it first on a clock that
-        tests move on).
+        tests move on); never raises. Only the current sampling thread's record counts:
+        a thread left behind earlier has none, and clears none but its own.
         """
-        busy = self._busy
+        generation = self._generation
+        busy = self._busy.get(generation)
         now = self._clock.monotonic()
-        if busy is None or now - busy[1] < STUCK_AFTER or self._state != "running":
-            return
-        collector = busy[0]
+        if busy is not None and now - busy[1] >= STUCK_AFTER and self._state == "running":
+            collector = busy[0]
+            with self._lock:
+                if self._generation != generation or self._busy.get(generation) is not busy:
+                    return  # it returned meanwhile
+                self._generation += 1
+                self._busy.pop(generation, None)
+                self._drop_locked(collector)
+                self._thread = None  # left behind: stop() does not wait for it
+                self._respawn = _Retry(now)  # the others sample again at once, on a new thread
+            warnings.warn(
+                f"sysmetrics: collector {collector.name!r} has not returned from sample() for "
+                f"{STUCK_AFTER:g} s; it is disabled (its thread is left behind), the others go on",
+                SystemMetricsWarning,
+                stacklevel=4,
+            )
+        if self._respawn is not None:
+            self._restart()
+
+    def _restart(self) -> None:
+        """Start the sampling thread that replaces one left behind, if due.
+
+        A start that fails for want of a resource (``RuntimeError: can't start new
+        thread`` under pids.max) warns once and is tried again like a collector's sample
+        (``_Retry``); still failing ``GIVE_UP_AFTER`` s after the first failure, or
+        failing otherwise, the monitor stops with one warning. Never raises.
+        """
+        now = self._clock.monotonic()
         with self._lock:
-            if self._busy is not busy:
-                return  # it returned meanwhile
-            self._generation += 1
-            self._busy = None
-            self._drop_locked(collector)
-        warnings.warn(
-            f"sysmetrics: collector {collector.name!r} has not returned from sample() for "
-            f"{STUCK_AFTER:g} s; it is disabled (its thread is left behind), the others go on",
-            SystemMetricsWarning,
-            stacklevel=4,
-        )
-        self._spawn(self._clock.monotonic(), first=True)  # the others sample at once
+            retry = self._respawn
+            if retry is None or now < retry.due or self._state != "running":
+                return
+            self._respawn = None  # taken: no other caller starts one too
+        try:
+            self._spawn(now, first=True)
+        except BaseException as exc:  # "can't start new thread"
+            first = retry.wait == 0.0
+            again = transient(exc) and retry.failed(now)
+            with self._lock:
+                running = self._state == "running"
+                if running and again:
+                    self._respawn = retry
+            if running and again and first:
+                warnings.warn(
+                    f"sysmetrics: a new sampling thread could not start: {_name(exc)}; sampling "
+                    f"pauses, the start is tried again after {engine.RETRY_FIRST:g} s (then at "
+                    f"most every {engine.RETRY_MAX:g} s), and the monitor stops if it keeps "
+                    f"failing for {engine.GIVE_UP_AFTER:g} s",
+                    SystemMetricsWarning,
+                    stacklevel=2,
+                )
+            if running and again:
+                return
+            if running:
+                self._failed(exc)
+            for c in list(self._collectors):  # no sampling thread runs to close them
+                self._close(c)
 
     @staticmethod
     def _close(collector: Collector) -> None:

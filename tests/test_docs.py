@@ -101,6 +101,7 @@ FOREIGN = (
     "Permission denied",
     "Exec format error",
     "can't start new thread",
+    "Too many open files",
 )
 
 
@@ -125,8 +126,10 @@ def _messages() -> list[tuple[str, str]]:
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
         text = re.sub(r"^```.*?^```$", "", text, flags=re.MULTILINE | re.DOTALL)
-        for span in re.findall(r"`([^`\n]{20,})`", text):
-            if MESSAGE.search(span):
+        # Spans paired in order: `{20,}` in the pattern paired the text between a short
+        # span and the next one instead, and skipped the messages after it on that line.
+        for span in re.findall(r"`([^`\n]+)`", text):
+            if len(span) >= 20 and MESSAGE.search(span):
                 found.append((page.name, span))
     return found
 
