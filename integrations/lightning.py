@@ -13,7 +13,7 @@ from typing_extensions import Unpack, override
 
 from sysmetrics.callback import CallbackCore
 from sysmetrics.options import CallbackOptions
-from sysmetrics.steptime import batch_size
+from sysmetrics.steptime import BatchSizer
 
 from . import _lightning
 
@@ -63,6 +63,7 @@ class SystemMetricsCallback(Callback):
         self.core = CallbackCore(owner=type(self).__name__, **options)
         self._shown: dict[str, float] = {}
         self._world = 1  # trainer.world_size: a batch's samples over the whole job
+        self._sizer = BatchSizer("the Lightning callback")  # never raises into the loop
         self._accumulates = False  # accumulate_grad_batches > 1
 
     @override
@@ -117,7 +118,7 @@ class SystemMetricsCallback(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        n = batch_size(batch)
+        n = self._sizer(batch)
         step = not self._accumulates or _lightning.closes_optimizer_step(trainer)
         self.core.clock.end(n * self._world if n else 0.0, step)
 

@@ -64,7 +64,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Optional, TypeVar
 
 from sysmetrics.errors import SystemMetricsWarning
-from sysmetrics.steptime import StepClock, StepTotals, batch_size
+from sysmetrics.steptime import BatchSizer, StepClock, StepTotals
 
 try:  # where the file can be locked (not on Windows: there, the ranks rule alone)
     import fcntl
@@ -221,7 +221,7 @@ def _unwritable(exc: OSError, stacklevel: int) -> None:
 class _Timing:
     """The process's step clock, and the writer of its totals into the step file."""
 
-    __slots__ = ("clock", "fd", "pid", "published", "samples", "seq", "unsized", "world")
+    __slots__ = ("clock", "fd", "pid", "published", "samples", "seq", "sizer", "world")
 
     def __init__(self, fd: int, world: int) -> None:
         self.clock = StepClock()
@@ -229,7 +229,7 @@ class _Timing:
         self.pid = os.getpid()
         self.world = world  # WORLD_SIZE; 0: samples are not counted
         self.samples = 0.0  # samples of the optimizer step under way, whole job
-        self.unsized = False  # whether a batch whose size cannot be found was said
+        self.sizer = BatchSizer("sysmetrics.batches()", "pass batch_size=N to count them")
         last = _read(fd, _SEQ.size, TIMING)  # a previous writer's last: go on from it
         (self.seq,) = _SEQ.unpack(last) if len(last) == _SEQ.size else (0,)
         self.published = self.clock.totals
@@ -413,32 +413,11 @@ def _timed(iterable: Iterable[T], timing: _Timing, size: Optional[float]) -> Ite
             return
         clock.waited(perf() - start)
         if world:
-            n = size if size is not None else _size_of(item, timing)
+            n = size if size is not None else timing.sizer(item, stacklevel=3)
             if n:
                 timing.samples += n * world
         yield item
         start = perf()
-
-
-def _size_of(item: object, timing: _Timing) -> float | None:
-    """The samples in ``item`` (:func:`sysmetrics.steptime.batch_size`), never an error.
-
-    An item whose ``shape`` or ``len`` raises (a torch nested tensor: ``RuntimeError``)
-    counts none; the first such item warns, once for the process.
-    """
-    try:
-        return batch_size(item)
-    except Exception as exc:  # any error of the item's own: it must not reach the loop
-        if not timing.unsized:
-            timing.unsized = True
-            warnings.warn(
-                f"sysmetrics: sysmetrics.batches() cannot find the size of a batch "
-                f"({type(item).__name__}: {exc!r}"[:300]
-                + "); such batches count no samples (pass batch_size=N to count them)",
-                SystemMetricsWarning,
-                stacklevel=3,  # the loop's line: _size_of, _timed, the loop
-            )
-        return None
 
 
 def step(n: int) -> None:

@@ -28,10 +28,12 @@ callbacks never synchronise the accelerator).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, Optional
 
 from sysmetrics.collectors.base import BaseCollector
+from sysmetrics.errors import SystemMetricsWarning
 
 
 class StepTotals(NamedTuple):
@@ -222,3 +224,42 @@ def batch_size(batch: object) -> int | None:
         return len(batch)  # type: ignore[arg-type]
     except TypeError:
         return None
+
+
+class BatchSizer:
+    """:func:`batch_size` that never raises into the training loop.
+
+    A batch whose ``shape`` or ``len`` raises (a torch nested tensor: ``RuntimeError``)
+    counts no samples; the first such batch warns once (per sizer: one per
+    ``sysmetrics.batches()`` process, one per callback).
+
+    Args:
+        who: what counts the samples, as the warning names it
+            (``sysmetrics.batches()``, ``the Lightning callback``).
+        hint: what the user may do, the warning's last words.
+
+    """
+
+    __slots__ = ("_hint", "_who", "failed")
+
+    def __init__(self, who: str, hint: str = "") -> None:
+        self._who = who
+        self._hint = hint
+        self.failed = False  # whether a batch could not be sized (and it was said)
+
+    def __call__(self, batch: object, stacklevel: int = 2) -> int | None:
+        """The samples in ``batch``, or None (it has no size, or finding it failed)."""
+        try:
+            return batch_size(batch)
+        except Exception as exc:  # any error of the batch's own: it must not reach the loop
+            if not self.failed:
+                self.failed = True
+                warnings.warn(
+                    f"sysmetrics: {self._who} cannot find the size of a batch "
+                    f"({type(batch).__name__}: {exc!r}"[:300]
+                    + "); such batches count no samples"
+                    + (f" ({self._hint})" if self._hint else ""),
+                    SystemMetricsWarning,
+                    stacklevel=stacklevel + 1,
+                )
+            return None

@@ -415,3 +415,33 @@ def test_a_monitor_that_cannot_start_does_not_stop_training(
     assert not any(k.startswith("system/") and v for r in rows for k, v in r.items())
     assert cb.core.monitor is None and cb.core.reader is None
     assert not [t for t in threading.enumerate() if t.name.startswith("sysmetrics")]
+
+
+class NestedModel(pl.LightningModule):
+    """Batches are torch nested tensors, whose ``shape``/``size()`` raise: a model that
+    trains fine without the callback (issue 30, item 7's Lightning side)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x = torch.stack(list(batch.unbind()))  # the nested rows are of one length here
+        return self.layer(x).pow(2).mean()
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_a_batch_that_cannot_be_sized_does_not_stop_training(tmp_path: Path) -> None:
+    rows = [torch.randn(8) for _ in range(16)]
+    data = DataLoader(rows, batch_size=4, collate_fn=torch.nested.nested_tensor)
+    trainer = pl.Trainer(
+        max_epochs=1, logger=CSVLogger(tmp_path, name="csv"), accelerator="cpu", devices=1,
+        callbacks=[SystemMetricsCallback(interval=0.02, live_findings=False)],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    with pytest.warns(SystemMetricsWarning, match="cannot find the size of a batch") as got:
+        trainer.fit(NestedModel(), data)
+    assert trainer.global_step == 4
+    assert len([w for w in got if "size of a batch" in str(w.message)]) == 1
