@@ -63,7 +63,9 @@ class SystemMetricsCallback(Callback):
         self.core = CallbackCore(owner=type(self).__name__, **options)
         self._shown: dict[str, float] = {}
         self._world = 1  # trainer.world_size: a batch's samples over the whole job
-        self._sizer = BatchSizer("the Lightning callback")  # never raises into the loop
+        self._sizer = BatchSizer(  # never raises into the loop
+            "sysmetrics: the Lightning callback cannot find the size of a batch"
+        )
         self._accumulates = False  # accumulate_grad_batches > 1
 
     @override

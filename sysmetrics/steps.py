@@ -229,7 +229,10 @@ class _Timing:
         self.pid = os.getpid()
         self.world = world  # WORLD_SIZE; 0: samples are not counted
         self.samples = 0.0  # samples of the optimizer step under way, whole job
-        self.sizer = BatchSizer("sysmetrics.batches()", "pass batch_size=N to count them")
+        self.sizer = BatchSizer(
+            "sysmetrics: sysmetrics.batches() cannot find the size of a batch",
+            "pass batch_size=N to count them",
+        )
         last = _read(fd, _SEQ.size, TIMING)  # a previous writer's last: go on from it
         (self.seq,) = _SEQ.unpack(last) if len(last) == _SEQ.size else (0,)
         self.published = self.clock.totals

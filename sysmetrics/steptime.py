@@ -234,16 +234,16 @@ class BatchSizer:
     ``sysmetrics.batches()`` process, one per callback).
 
     Args:
-        who: what counts the samples, as the warning names it
-            (``sysmetrics.batches()``, ``the Lightning callback``).
+        said: the warning's first words, naming what counts the samples
+            (``sysmetrics: sysmetrics.batches() cannot find the size of a batch``).
         hint: what the user may do, the warning's last words.
 
     """
 
-    __slots__ = ("_hint", "_who", "failed")
+    __slots__ = ("_hint", "_said", "failed")
 
-    def __init__(self, who: str, hint: str = "") -> None:
-        self._who = who
+    def __init__(self, said: str, hint: str = "") -> None:
+        self._said = said
         self._hint = hint
         self.failed = False  # whether a batch could not be sized (and it was said)
 
@@ -255,8 +255,7 @@ class BatchSizer:
             if not self.failed:
                 self.failed = True
                 warnings.warn(
-                    f"sysmetrics: {self._who} cannot find the size of a batch "
-                    f"({type(batch).__name__}: {exc!r}"[:300]
+                    f"{self._said} ({type(batch).__name__}: {exc!r}"[:300]
                     + "); such batches count no samples"
                     + (f" ({self._hint})" if self._hint else ""),
                     SystemMetricsWarning,
