@@ -95,6 +95,10 @@ STEP_TRIES = 20  # reads of the step file at most, until two in a row agree (or 
 RANK_VARS = ("LOCAL_RANK", "RANK")  # the first one set says whether this process times
 MEMORY_DIR = "/dev/shm"  # memory (tmpfs): a step's write never waits on a disk's journal
 
+# The step file's descriptor is moved to the lowest free number at or above this (where
+# the descriptor limit allows), so that a command that closes it and opens other files is
+# unlikely to get its number back for another file, which step() would then write into.
+HIGH_FD = 512
 _fd: int | None = None  # the step file, open, once opened (format 2: the timing lock)
 _format_2 = False  # whether it is a format 2 file (it has the timing block)
 _tried = False  # whether opening it was tried (it is tried once)
@@ -186,7 +190,7 @@ def _open(stacklevel: int = 3) -> int | None:
             why = refusal(path, fd)
             if why is None:  # kept open: step() writes it, batches() locks it to time steps
                 _format_2 = os.fstat(fd).st_size == SIZE
-                _fd, fd = fd, -1
+                _fd, fd = _high(fd), -1
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -200,6 +204,25 @@ def _open(stacklevel: int = 3) -> int | None:
             stacklevel=stacklevel,
         )
     return _fd
+
+
+def _high(fd: int) -> int:
+    """``fd`` moved to a number at or above :data:`HIGH_FD` (closing ``fd``); else ``fd``.
+
+    Before any lock is taken on it (closing a descriptor drops the process's locks).
+    """
+    try:
+        import fcntl
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft != resource.RLIM_INFINITY and soft <= HIGH_FD:
+            return fd
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+    except (ImportError, OSError, ValueError, AttributeError):  # Windows; no free number
+        return fd
+    os.close(fd)
+    return high
 
 
 def _unwritable(exc: OSError, stacklevel: int) -> None:

@@ -374,3 +374,30 @@ def test_without_a_memory_filesystem_the_step_file_is_in_the_temporary_directory
     made = steps.private_directory()
     assert os.path.dirname(made) == str(tmp_path)
     os.rmdir(made)
+
+
+def test_the_step_files_descriptor_is_kept_out_of_the_way_of_the_commands_files(
+    tmp_path: Path,
+) -> None:
+    """A command that closes the step file's descriptor (a closerange of its own low
+    descriptors) and opens a file gets a low number again: never the step file's, so
+    step() never writes into that file."""
+    code = (
+        "import os, sys, sysmetrics\n"
+        "sysmetrics.step(1)\n"
+        "from sysmetrics import steps\n"
+        "assert steps._fd is not None and steps._fd >= steps.HIGH_FD, steps._fd\n"
+        "os.closerange(3, 64)\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+        "sysmetrics.step(2)\n"
+        "os.close(fd)\n"
+        "print(os.path.getsize(sys.argv[1]))\n"
+    )
+    out = tmp_path / "other"
+    done = subprocess.run(
+        [sys.executable, "-m", "sysmetrics", "record", "-o", str(tmp_path / "r.jsonl"),
+         "--", sys.executable, "-c", code, str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0", (done.stdout, done.stderr)
