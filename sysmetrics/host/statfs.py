@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sysmetrics.host.source import DiskUsage
 
@@ -150,35 +150,36 @@ def _read_table(fd: int) -> str | None:
     return os.fsdecode(b"".join(chunks))
 
 
-def _mounts(mountinfo: str) -> list[tuple[str, str]]:
-    r"""The mount points and types of ``mountinfo``'s text, in its order.
+def _mounts(mountinfo: str) -> dict[str, str]:
+    r"""The type of each mount point of ``mountinfo``'s text.
 
-    Octal escapes of the mount points (``\040``, a space) are decoded; a later mount on
-    the same point hides an earlier one.
+    Octal escapes of the mount points (``\040``, a space) are decoded; of several mounts
+    on the same point the last one, which hides the others, counts.
     """
-    mounts = []
+    mounts = {}
     for line in mountinfo.splitlines():
         left, sep, right = line.partition(" - ")
-        fields, kind = left.split(" "), right.split(" ", 1)[0]
-        if not sep or len(fields) < 5 or not kind:
+        fields, kind = left.split(" ", 5), right.split(" ", 1)[0]
+        if not sep or len(fields) < 5 or not kind or not fields[4].startswith("/"):
             continue
-        point = _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), fields[4])
-        if point.startswith("/"):
-            mounts.append((point, kind))
+        point = fields[4]
+        if "\\" in point:
+            point = _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), point)
+        mounts[point.rstrip("/") or "/"] = kind
     return mounts
 
 
-def _innermost(mounts: Sequence[tuple[str, str]], path: str) -> str | None:
+def _innermost(mounts: Mapping[str, str], path: str) -> str | None:
     """The type of the mount with the longest mount point holding the absolute ``path``.
 
-    The last one mounted of those on the same point; None where none holds it.
+    One lookup per component of ``path`` (from ``mounts`` of :func:`_mounts`); None where
+    no mount holds it.
     """
-    found, longest = None, -1
-    for point, kind in mounts:
-        inside = path == point or path.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= longest:
-            found, longest = kind, len(point)
-    return found
+    while True:
+        kind = mounts.get(path)
+        if kind is not None or path == "/":
+            return kind
+        path = path.rpartition("/")[0] or "/"
 
 
 def _mount_type(mountinfo: str, path: str) -> str | None:
@@ -186,7 +187,7 @@ def _mount_type(mountinfo: str, path: str) -> str | None:
     return _innermost(_mounts(mountinfo), path)
 
 
-def _path_type(path: str, mounts: Sequence[tuple[str, str]]) -> str | None:
+def _path_type(path: str, mounts: Mapping[str, str]) -> str | None:
     """The type of the filesystem ``path`` is on, touching no filesystem but local ones.
 
     ``path`` is made absolute by the working directory's name, then walked one component
