@@ -179,8 +179,15 @@ def test_a_path_moves_to_a_helper_and_back_as_the_mount_table_changes(
         source.asked.clear()
         wait_for(lambda: key in disk.sample())  # its helper answers
         assert source.asked == []  # never read here since
+        helper = disk._probes[str(path)]
         fake_mountinfo(table, None)  # unmounted
         assert key in disk.sample() and source.asked == [str(path)]  # read here again
+        assert str(path) not in disk._probes and helper.pid is None  # its helper killed
+        fake_mountinfo(table, path)  # mounted again: the same probe (one helper at most)
+        disk.sample()
+        assert disk._probes[str(path)] is helper
+        fake_mountinfo(table, None)
+        disk.sample()
         reads = []
         real = statfs.MountWatch.read
         monkeypatch.setattr(statfs.MountWatch, "read", lambda w: reads.append(1) or real(w))

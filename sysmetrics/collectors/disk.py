@@ -53,7 +53,8 @@ class DiskCollector(BaseCollector):
         """
         self.source = source
         self.paths = tuple(paths)
-        self._probes: dict[str, StatfsProbe] = {}
+        self._probes: dict[str, StatfsProbe] = {}  # the paths measured by a helper
+        self._parked: dict[str, StatfsProbe] = {}  # closed: their paths are local again
         self._watch: MountWatch | None = None
         if probe is not None:
             self._probes = {p: found for p in dict.fromkeys(self.paths) if (found := probe(p))}
@@ -93,15 +94,19 @@ class DiskCollector(BaseCollector):
     def _place(self, table: str | None) -> None:
         """Measure each path on a non-local filesystem of ``table`` by a helper.
 
-        The others are read here (all of them where there is no table: not Linux).
+        The others are read here (all of them where there is no table: not Linux). A
+        path that comes back keeps its closed helper's probe, which starts no new helper
+        while a killed one is still stuck in the kernel.
         """
         mounts = None if table is None else _mounts(table)
         for path in dict.fromkeys(self.paths):
             remote = mounts is not None and not is_local(_path_type(path, mounts))
             if remote and path not in self._probes:
-                self._probes[path] = StatfsProbe(path)
+                parked = self._parked.pop(path, None)
+                self._probes[path] = StatfsProbe(path) if parked is None else parked
             elif not remote and path in self._probes:
-                self._probes.pop(path).close()
+                probe = self._parked[path] = self._probes.pop(path)
+                probe.close()
 
     def _failed(self, path: str, exc: OSError) -> None:
         """Warn the first time ``path`` fails; its keys are left out of this sample."""
@@ -118,7 +123,7 @@ class DiskCollector(BaseCollector):
 
     def close(self) -> None:
         """Kill the helper processes (never waiting for one stuck in the kernel)."""
-        for probe in self._probes.values():
+        for probe in [*self._probes.values(), *self._parked.values()]:
             probe.close()
         if self._watch is not None:
             self._watch.close()

@@ -138,11 +138,13 @@ def local_path(path: str, mountinfo: str | None = None) -> bool:
 
 
 def _read_table(fd: int) -> str | None:
-    """The mount table open at ``fd``, read from its start (at most 16 MiB); None on error."""
+    """The mount table open at ``fd``, read from its start (at most 16 MiB); None on error.
+
+    ``pread``: a forked child sharing the open file cannot move this reader's offset.
+    """
     chunks, size = [], 0
     try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        while size < _MOUNTINFO_BYTES and (chunk := os.read(fd, _CHUNK)):
+        while size < _MOUNTINFO_BYTES and (chunk := os.pread(fd, _CHUNK, size)):
             chunks.append(chunk)
             size += len(chunk)
     except OSError:
