@@ -1,7 +1,9 @@
 """Disk usage of filesystems that may hang (network, FUSE): ``statfs`` in a helper process.
 
-Also where a path's filesystem type comes from (``/proc/self/mountinfo``), which decides
-whether a path is read in-process or by a :class:`StatfsProbe`.
+Also where a path's filesystem type comes from (``/proc/self/mountinfo``'s text alone,
+:func:`filesystem_type`; no call on the path itself), which decides whether a path is
+read in-process or by a :class:`StatfsProbe`, and :class:`MountWatch`, which tells when
+that table changed.
 """
 
 from __future__ import annotations
