@@ -105,7 +105,7 @@ def test_a_path_mounted_after_start_moves_to_a_helper(tmp_path: Path) -> None:
     )  # fmt: skip
     hang = tmp_path / "hang"
     try:
-        assert readline(child, 30).strip() == "started"
+        assert readline(child, 60).strip() == "started"
         wait_for(lambda: any(key in r for r in since(run_file, 0)))  # read here: local
         assert not helper_of(mountpoint)
         with fuse_mount(tmp_path) as (_, hang):
@@ -322,7 +322,7 @@ def test_a_mount_dead_at_start_costs_its_keys_not_the_construction(tmp_path: Pat
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
-            assert readline(child, 20).strip() == "started", "construction hung"
+            assert readline(child, 60).strip() == "started", "construction hung"
             keys = {f"disk.{mountpoint}.usagePercent", f"disk.{missing}.usagePercent"}
             t = time.time()
             wait_for(lambda: len(since(run_file, t + 2.0)) >= 5, timeout=10.0)
@@ -411,7 +411,7 @@ def test_a_helper_killed_from_outside_does_not_kill_the_process(tmp_path: Path) 
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        line = readline(child, 20)
+        line = readline(child, 60)
         assert line.strip().isdigit(), child.communicate(timeout=10)
         os.kill(int(line), signal.SIGKILL)  # between two requests, most likely
         assert child.stdin is not None
