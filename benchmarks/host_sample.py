@@ -10,7 +10,7 @@ one run:
    processes running, for sysmetrics (``/proc/<pid>/task/<tid>/children``) and for
    ``psutil.Process.children(recursive=True)`` (a scan of every process);
 3. the cost of a path on a filesystem that may hang (FUSE, NFS, ...), whose ``statvfs``
-   a helper process does (``StatfsProbe``): one request answered (a pipe round trip),
+   a helper process does (``StatfsProbe``): one request answered (a socket pair round trip),
    the sampler's call at the default cadence (every 5 s: most calls only look at the
    clock), beside ``statvfs`` in-process; the helper's start, and its CPU time.
 """

@@ -113,12 +113,25 @@ def check_disk_paths(value: object) -> tuple[str, ...]:
             )
         paths.append(p)
     for p in paths:
-        if not os.path.exists(p):
+        if missing_here(p):
             raise ValueError(
                 f"disk_paths contains {p!r}, which does not exist: each entry must be an "
                 "existing path whose filesystem to watch"
             )
     return tuple(paths)
+
+
+def missing_here(path: str) -> bool:
+    """Whether the ``disk_paths`` entry ``path`` is known not to exist.
+
+    Asked only of a path on a local filesystem, by the mount table's text alone
+    (:func:`sysmetrics.host.local_path`): one on a network or FUSE mount is never touched
+    by the calling thread (a dead mount would hold it in the kernel for good); its helper
+    process tells, and a missing one costs its keys with one warning instead.
+    """
+    from sysmetrics.host.statfs import local_path
+
+    return local_path(path) and not os.path.exists(path)
 
 
 def check_open_metrics(value: object) -> object:

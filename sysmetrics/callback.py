@@ -19,7 +19,7 @@ from typing_extensions import Unpack
 
 from sysmetrics import _watch, distributed
 from sysmetrics import options as opts
-from sysmetrics._checks import one_or_many
+from sysmetrics._checks import missing_here, one_or_many
 from sysmetrics.announce import LiveFindings
 from sysmetrics.callback_run import Run
 from sysmetrics.descriptions import split_node
@@ -54,7 +54,7 @@ def _disk_paths_here(value: object) -> object:
         return value
     kept = []
     for item in items:
-        if isinstance(item, (str, os.PathLike)) and not os.path.exists(os.fspath(item)):
+        if isinstance(item, (str, os.PathLike)) and missing_here(os.fspath(item)):
             _elsewhere(f"disk_paths contains {os.fspath(item)!r}, which does not exist here")
         else:
             kept.append(item)

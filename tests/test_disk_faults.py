@@ -228,7 +228,7 @@ def fuse_missing() -> str | None:
 def fuse_mount(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """A real FUSE filesystem (tests/fuse_statfs.py); statfs hangs while ``hang`` exists."""
     mountpoint, hang = tmp_path / "fuse", tmp_path / "hang"
-    mountpoint.mkdir()
+    mountpoint.mkdir(exist_ok=True)  # it may be a disk path already watched
     server = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("fuse_statfs.py")), str(mountpoint),
          str(hang)],

@@ -36,21 +36,29 @@ from sysmetrics.host.source import (
 )
 from sysmetrics.host.statfs import (
     LOCAL_FILESYSTEMS,
+    MOUNTINFO,
+    MOUNTS_EVERY,
     PROBE_CURRENT,
     PROBE_EVERY,
     PROBE_TIMEOUT,
     PROBE_WAIT,
+    MountWatch,
     StatfsProbe,
     _mount_type,
+    _path_type,
     _statvfs_usage,
     _usage,
     filesystem_type,
+    is_local,
+    local_path,
 )
 
 __all__ = [
     "IFF_LOOPBACK",
     "LOCAL_FILESYSTEMS",
     "MAX_INTERFACES",
+    "MOUNTINFO",
+    "MOUNTS_EVERY",
     "PROBE_CURRENT",
     "PROBE_EVERY",
     "PROBE_TIMEOUT",
@@ -62,6 +70,7 @@ __all__ = [
     "HostSource",
     "Job",
     "MemoryInfo",
+    "MountWatch",
     "NetInterface",
     "ProcStat",
     "ProcfsSource",
@@ -70,10 +79,13 @@ __all__ = [
     "SwapInfo",
     "TreeProcess",
     "_mount_type",
+    "_path_type",
     "_statvfs_usage",
     "_usage",
     "default_source",
     "filesystem_type",
+    "is_local",
+    "local_path",
     "process_tree",
 ]
 
