@@ -17,8 +17,9 @@ page touched, transparent huge pages off for it, as a heap of 4 KiB pages):
    reader) back to back: the worst case, the lock held nearly all the time; prints the
    time each reading takes;
 3. the same beside readings spaced as the collector spaces them (its cadence rule,
-   ``ProcessCollector.pss_period``, from the readings' measured durations), over two
-   periods or ``--seconds``, whichever is longer: what a training thread pays.
+   ``ProcessCollector.pss_period``, from the median reading's wall and CPU time), over
+   two periods, at least ``--seconds`` and at most ``SPACED_MAX_S`` (a long period then
+   has one reading in the phase): what a training thread pays.
 
 Ratios are to the baseline of the same size, measured just before. 16 GiB needs that
 much free memory and more: pass it in ``--sizes`` only on a machine with room (sizes
@@ -41,6 +42,7 @@ from sysmetrics.host import ProcfsSource
 GiB = 1 << 30
 CHURN = 1 << 20  # bytes mapped and unmapped by each call pair of the churn thread
 HEADROOM_GIB = 3.0  # GiB left available at least, for the machine's other work
+SPACED_MAX_S = 15.0  # seconds at most of phase 3
 
 
 def available_gib() -> float:
@@ -76,15 +78,17 @@ def churn(stop: threading.Event, calls: list[float]) -> None:
         calls.append(t2 - t1)
 
 
-def phase(seconds: float, read_every: float | None) -> tuple[list[float], list[float]]:
+def phase(
+    seconds: float, read_every: float | None
+) -> tuple[list[float], list[tuple[float, float]]]:
     """Churn for ``seconds``, reading this process's PSS every ``read_every`` s.
 
-    ``read_every`` 0: back to back; None: never. Returns (call latencies, reading
-    durations), seconds.
+    ``read_every`` 0: back to back; None: never. Returns the call latencies and each
+    reading's (wall, thread CPU) time, seconds.
     """
     source, pid = ProcfsSource(), os.getpid()
     calls: list[float] = []
-    reads: list[float] = []
+    reads: list[tuple[float, float]] = []
     stop = threading.Event()
     worker = threading.Thread(target=churn, args=(stop, calls))
     worker.start()
@@ -94,9 +98,10 @@ def phase(seconds: float, read_every: float | None) -> tuple[list[float], list[f
             time.sleep(seconds)
         else:
             while (now := time.monotonic()) < end:
+                cpu = time.thread_time()
                 source.pss(pid)
                 took = time.monotonic() - now
-                reads.append(took)
+                reads.append((took, time.thread_time() - cpu))
                 if read_every:
                     time.sleep(max(0.0, min(end - time.monotonic(), read_every - took)))
     finally:
@@ -148,15 +153,18 @@ def main() -> None:
             print(row("no PSS reading (baseline)", base, None))
             calls, reads = phase(args.seconds, 0.0)
             print(row("PSS read back to back", calls, base))
-            read = statistics.median(reads)
-            period = rule(read, read)
-            spaced, spaced_reads = phase(max(args.seconds, 2 * period + 0.5), period)
+            wall = statistics.median(w for w, _ in reads)
+            cpu = statistics.median(c for _, c in reads)
+            period = rule(wall, cpu)
+            seconds = min(SPACED_MAX_S, max(args.seconds, 2 * period + 0.5))
+            spaced, spaced_reads = phase(seconds, period)
             print(row(f"PSS read every {period:.1f} s (the rule)", spaced, base))
-            held = sum(spaced_reads) / max(args.seconds, 2 * period + 0.5) * 100
             print(
-                f"   one reading: median {read * 1e3:.1f} ms, max {max(reads) * 1e3:.1f} ms "
-                f"({len(reads)} back to back; {read * 1e3 / size_gib:.1f} ms/GiB); "
-                f"lock held {held:.2f} % of the time at the rule's period"
+                f"   one reading: median {wall * 1e3:.1f} ms wall, {cpu * 1e3:.1f} ms CPU, "
+                f"max {max(w for w, _ in reads) * 1e3:.1f} ms ({len(reads)} back to back; "
+                f"{wall * 1e3 / size_gib:.1f} ms/GiB); at the rule's period the lock is held "
+                f"{wall / period * 100:.2f} % of the time ({len(spaced_reads)} readings "
+                f"in {seconds:.1f} s)"
             )
         finally:
             m.close()

@@ -271,6 +271,9 @@ class Clock:
     def monotonic(self) -> float:
         return self.now
 
+    def thread_time(self) -> float:  # the reading thread's CPU: moves with the reads
+        return self.now
+
 
 class TimedPss(PsutilSource):
     """Each PSS read takes ``seconds`` of ``clock`` (its mmap lock held that long)."""
@@ -297,7 +300,7 @@ class TimedPss(PsutilSource):
 )
 def test_the_pss_period_rule(took: float, longest: float, period: float) -> None:
     """The period is the longest of: the interval, 100 x the reading (1 % of a core), the
-    longest read of one process / ``pss_lock_share`` (its mmap lock held 0.25 % of the time)."""
+    longest walk of one process / ``pss_lock_share`` (its mmap lock held 0.25 % of the time)."""
     collector = ProcessCollector(PsutilSource(), os.getpid())
     assert collector.pss_period(took, longest) == pytest.approx(period)
 

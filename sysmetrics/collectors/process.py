@@ -59,8 +59,9 @@ class ProcessCollector(BaseCollector):
       once at the first sample and when the roots change, then at the first sample once
       :meth:`pss_period` has passed since the latest reading began: ``pss_interval_s``
       (1 s), but never sooner than 100 times that reading's duration (the reader's CPU:
-      at most 1 % of a core) nor than the longest read of one process divided by
-      ``pss_lock_share`` (that process's lock held at most 0.25 % of the time). Each
+      at most 1 % of a core, ``pss_cpu_share``) nor than 400 times the longest walk of
+      one process in it (that process's lock held at most 0.25 % of the time,
+      ``pss_lock_share``). Each
       reading is reported once, by the first sample after it ended (the sample after the
       one that began it, or the first sample itself, which waits ``pss_first_wait_s`` for
       it); the samples in between have no PSS key. A reading that fails for a reason that
@@ -118,10 +119,12 @@ class ProcessCollector(BaseCollector):
             root's start (five ticks: that start is known to the tick).
         pss_interval_s: seconds at least between two readings of the proportional set
             size; more where :meth:`pss_period` says so.
+        pss_cpu_share: the share of wall time (0.01: 1 % of a core) the readings may
+            take (a reading's duration over the period, :meth:`pss_period`).
         pss_lock_share: the share of wall time (0.0025: 0.25 %) the readings may hold
-            one process's mmap lock (its longest read over the period, :meth:`pss_period`).
+            one process's mmap lock (its longest walk over the period).
         pss_retry_s: seconds before a reading that failed for now is tried again, doubled
-            after each failure in a row up to ``pss_retry_max_s``.
+            after each failure in a row up to ``pss_retry_max_s`` seconds.
 
     """
 
@@ -151,11 +154,12 @@ class ProcessCollector(BaseCollector):
     # the latest reading's duration (1 % of a core). A reading costs 12 to 30 ms per GiB
     # mapped per process (benchmarks/job_tick.py), and the process read waits that long
     # in any mmap or munmap meanwhile (benchmarks/pss_stall.py: 57 ms for a 4 GiB heap),
-    # so each process's read is spaced by 400 times its duration too: 0.25 % of its
+    # so each process's walk is spaced by 400 times its duration too: 0.25 % of its
     # time at most, half the 0.5 % a 1 s monitor may cost training (performance.md).
     # A small job is read every second, a 1 GiB process alone (13 ms) every 5 s, a
     # 4 GiB rank with 8 forked workers (0.55 s) about once a minute.
     pss_interval_s = 1.0
+    pss_cpu_share = 0.01
     pss_lock_share = 0.0025
     pss_first_wait_s = 0.2  # the first sample waits this long for the first reading
     pss_retry_s = 1.0
@@ -367,14 +371,16 @@ class ProcessCollector(BaseCollector):
     def pss_period(self, took: float, longest: float) -> float:
         """Seconds from the start of a PSS reading to the start of the next one.
 
-        ``took`` is the reading's duration (seconds, all its processes) and ``longest``
-        the longest read of one process among them. The period is ``pss_interval_s``,
-        but at least 100 times ``took`` (the reader's CPU: 1 % of a core) and at least
-        ``longest / pss_lock_share`` (400 times it: a process's mmap lock is held by the
-        readings at most 0.25 % of the time, since its ``mmap`` and ``munmap`` wait for
-        the kernel's walk of its page tables to end).
+        ``took`` is the reading's duration (seconds, wall time, all its processes) and
+        ``longest`` the longest walk of one process among them (seconds of the reading
+        thread's CPU time over that process's read: the kernel's walk of its page tables,
+        during which its mmap lock is held, not counting a wait for the GIL after it).
+        The period is ``pss_interval_s``, but at least ``took / pss_cpu_share`` (100
+        times it: 1 % of a core) and at least ``longest / pss_lock_share`` (400 times it:
+        the readings hold a process's mmap lock at most 0.25 % of the time, and its
+        ``mmap`` and ``munmap`` wait for them).
         """
-        return max(self.pss_interval_s, 100.0 * took, longest / self.pss_lock_share)
+        return max(self.pss_interval_s, took / self.pss_cpu_share, longest / self.pss_lock_share)
 
     def _pss_failed(self, exc: BaseException, now: float) -> None:
         """A reading failed for now (under ``_pss_lock``): retry later, warn of the first.
@@ -405,17 +411,17 @@ class ProcessCollector(BaseCollector):
     def _read_pss(self, roots: tuple[int, ...], pids: tuple[int, ...], began: float) -> None:
         """Sum the PSS of ``pids`` (the reading thread) and publish it.
 
-        Each process's read is timed: it holds that process's mmap lock
-        (:meth:`pss_period`).
+        Each process's walk is timed on this thread's CPU clock: it holds that process's
+        mmap lock (:meth:`pss_period`).
         """
         total: int | None = 0
-        longest = 0.0  # seconds, the longest read of one process
+        longest = 0.0  # seconds of CPU, the longest walk of one process
         failed: BaseException | None = None
         try:
             for pid in pids:
-                start = time.monotonic()
+                start = time.thread_time()
                 pss = self.source.pss(pid)  # None: it ended
-                longest = max(longest, time.monotonic() - start)
+                longest = max(longest, time.thread_time() - start)
                 total = (total or 0) + (pss or 0)
         except BaseException as exc:  # whatever ends the thread
             total = None  # a partial sum would pass for the job's
