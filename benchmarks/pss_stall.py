@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 
-from sysmetrics.collectors.process import ProcessCollector
+from sysmetrics.collectors.process import ProcessCollector, _walk_time
 from sysmetrics.host import ProcfsSource
 
 GiB = 1 << 30
@@ -84,7 +84,8 @@ def phase(
     """Churn for ``seconds``, reading this process's PSS every ``read_every`` s.
 
     ``read_every`` 0: back to back; None: never. Returns the call latencies and each
-    reading's (wall, thread CPU) time, seconds.
+    reading's (wall, runnable) time, seconds: the collector's measure of a walk, the
+    reading thread's CPU time plus its waits for a CPU.
     """
     source, pid = ProcfsSource(), os.getpid()
     calls: list[float] = []
@@ -98,10 +99,10 @@ def phase(
             time.sleep(seconds)
         else:
             while (now := time.monotonic()) < end:
-                cpu = time.thread_time()
+                runnable = _walk_time()
                 source.pss(pid)
                 took = time.monotonic() - now
-                reads.append((took, time.thread_time() - cpu))
+                reads.append((took, _walk_time() - runnable))
                 if read_every:
                     time.sleep(max(0.0, min(end - time.monotonic(), read_every - took)))
     finally:
@@ -154,13 +155,14 @@ def main() -> None:
             calls, reads = phase(args.seconds, 0.0)
             print(row("PSS read back to back", calls, base))
             wall = statistics.median(w for w, _ in reads)
-            cpu = statistics.median(c for _, c in reads)
-            period = rule(wall, cpu)
+            runnable = statistics.median(r for _, r in reads)
+            period = rule(wall, runnable)
             seconds = min(SPACED_MAX_S, max(args.seconds, 2 * period + 0.5))
             spaced, spaced_reads = phase(seconds, period)
             print(row(f"PSS read every {period:.1f} s (the rule)", spaced, base))
             print(
-                f"   one reading: median {wall * 1e3:.1f} ms wall, {cpu * 1e3:.1f} ms CPU, "
+                f"   one reading: median {wall * 1e3:.1f} ms wall, {runnable * 1e3:.1f} ms "
+                f"runnable, "
                 f"max {max(w for w, _ in reads) * 1e3:.1f} ms ({len(reads)} back to back; "
                 f"{wall * 1e3 / size_gib:.1f} ms/GiB); at the rule's period the lock is held "
                 f"{wall / period * 100:.2f} % of the time ({len(spaced_reads)} readings "

@@ -271,9 +271,6 @@ class Clock:
     def monotonic(self) -> float:
         return self.now
 
-    def thread_time(self) -> float:  # the reading thread's CPU: moves with the reads
-        return self.now
-
 
 class TimedPss(PsutilSource):
     """Each PSS read takes ``seconds`` of ``clock`` (its mmap lock held that long)."""
@@ -312,6 +309,7 @@ def test_the_next_reading_waits_for_the_period_its_reads_call_for(
     400 x 50 ms = 20 s after the previous one began, not 1 s or 100 x 50 ms = 5 s after."""
     clock = Clock()
     monkeypatch.setattr("sysmetrics.collectors.process.time", clock)
+    monkeypatch.setattr("sysmetrics.collectors.process._walk_time", clock.monotonic)
     source = TimedPss(clock, 0.05)
     collector = ProcessCollector(source, os.getpid(), track_process_tree=False)
     began = clock.now

@@ -16,6 +16,7 @@ from sysmetrics.cgroup import Cgroup
 from sysmetrics.collectors.base import BaseCollector, MiB
 from sysmetrics.errors import SystemMetricsWarning, quote
 from sysmetrics.host import HostSource, Job, ProcStat, TreeProcess, process_tree
+from sysmetrics.host.procfs import runqueue_wait
 
 log = logging.getLogger("sysmetrics")
 
@@ -26,6 +27,16 @@ _SAME = 1e-6  # seconds: start times closer than this are the same clock tick
 # smaps_rollup): the keys are left out with one debug line, no warning. Anything else
 # (out of descriptors or memory, no thread to read on) passes: warned once, retried.
 _LASTING = frozenset({errno.EACCES, errno.EPERM, errno.ENOSYS, errno.ENOENT})
+
+
+def _walk_time() -> float:
+    """Seconds the calling thread has been runnable: its CPU time plus its waits for a CPU.
+
+    Over a process's PSS read, the time the kernel held that process's mmap lock (its
+    walk, preemptions in it included), without the wait for the GIL after it. Off Linux,
+    the CPU time alone.
+    """
+    return time.thread_time() + runqueue_wait()
 
 
 class ProcessCollector(BaseCollector):
@@ -372,9 +383,10 @@ class ProcessCollector(BaseCollector):
         """Seconds from the start of a PSS reading to the start of the next one.
 
         ``took`` is the reading's duration (seconds, wall time, all its processes) and
-        ``longest`` the longest walk of one process among them (seconds of the reading
-        thread's CPU time over that process's read: the kernel's walk of its page tables,
-        during which its mmap lock is held, not counting a wait for the GIL after it).
+        ``longest`` the longest walk of one process among them (seconds the reading
+        thread was runnable over that process's read, on the CPU or waiting for one: the
+        kernel's walk of its page tables, during which its mmap lock is held, without a
+        wait for the GIL after it).
         The period is ``pss_interval_s``, but at least ``took / pss_cpu_share`` (100
         times it: 1 % of a core) and at least ``longest / pss_lock_share`` (400 times it:
         the readings hold a process's mmap lock at most 0.25 % of the time, and its
@@ -411,17 +423,17 @@ class ProcessCollector(BaseCollector):
     def _read_pss(self, roots: tuple[int, ...], pids: tuple[int, ...], began: float) -> None:
         """Sum the PSS of ``pids`` (the reading thread) and publish it.
 
-        Each process's walk is timed on this thread's CPU clock: it holds that process's
-        mmap lock (:meth:`pss_period`).
+        Each process's walk is timed by the time this thread was runnable in it: it holds
+        that process's mmap lock (:meth:`pss_period`).
         """
         total: int | None = 0
-        longest = 0.0  # seconds of CPU, the longest walk of one process
+        longest = 0.0  # seconds runnable, the longest walk of one process
         failed: BaseException | None = None
         try:
             for pid in pids:
-                start = time.thread_time()
+                start = _walk_time()
                 pss = self.source.pss(pid)  # None: it ended
-                longest = max(longest, time.thread_time() - start)
+                longest = max(longest, _walk_time() - start)
                 total = (total or 0) + (pss or 0)
         except BaseException as exc:  # whatever ends the thread
             total = None  # a partial sum would pass for the job's
