@@ -327,3 +327,27 @@ def test_the_next_reading_waits_for_the_period_its_reads_call_for(
         reading.join(5)
     assert source.reads == 2
     assert collector.sample().keys() >= PSS_KEYS
+
+
+def test_the_runnable_time_of_a_thread_counts_its_cpu_and_never_goes_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A walk is timed by the reader's CPU time plus its waits for a CPU (schedstat's
+    run_delay); where schedstat cannot be read (not Linux) the waits count 0."""
+    from sysmetrics.collectors.process import _walk_time
+    from sysmetrics.host import procfs
+
+    before, wait = _walk_time(), procfs.runqueue_wait()
+    spin = time.thread_time() + 0.02
+    while time.thread_time() < spin:
+        pass
+    assert _walk_time() - before >= 0.02
+    assert procfs.runqueue_wait() >= wait >= 0.0
+    if sys.platform.startswith("linux"):
+        assert Path("/proc/thread-self/schedstat").exists()
+
+    def unreadable(path: str) -> str:
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(procfs, "_read_record", unreadable)
+    assert procfs.runqueue_wait() == 0.0
