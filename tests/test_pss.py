@@ -182,7 +182,11 @@ from sysmetrics.collectors import ProcessCollector
 from sysmetrics.host import default_source
 warnings.simplefilter("always")
 collector = ProcessCollector(default_source(), os.getpid())
-collector.pss_interval_s = 0.2
+# A reading every 0.2 s whatever it takes, retried every 0.2 to 0.5 s (the cadence and
+# the back-off are tested above): the test sees tries during the limit and after it.
+collector.pss_interval_s = collector.pss_retry_s = 0.2
+collector.pss_retry_max_s = 0.5
+collector.pss_cpu_share = collector.pss_lock_share = 1.0
 print("ready", flush=True)
 sys.stdin.readline()  # placed in the cgroup
 end = time.monotonic() + float(sys.argv[1])
@@ -224,7 +228,7 @@ def test_a_full_pids_max_costs_only_the_pss_keys_while_it_lasts(pids_cgroup: Pat
     ``proc.*`` keys come at every sample, during and after; PSS is left out while the
     reader's thread cannot start (one warning) and comes back after."""
     child = subprocess.Popen(
-        [sys.executable, "-c", SAMPLER, "6.0"],
+        [sys.executable, "-c", SAMPLER, "7.0"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

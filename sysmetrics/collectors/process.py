@@ -385,8 +385,10 @@ class ProcessCollector(BaseCollector):
         ``took`` is the reading's duration (seconds, wall time, all its processes) and
         ``longest`` the longest walk of one process among them (seconds the reading
         thread was runnable over that process's read, on the CPU or waiting for one: the
-        kernel's walk of its page tables, during which its mmap lock is held, without a
-        wait for the GIL after it).
+        kernel's walk of its page tables, during which its mmap lock is held, preempted
+        or not; a wait for the GIL after it is left out, though under CPU contention the
+        wait for a CPU on waking from it is not, which only spaces readings more).
+
         The period is ``pss_interval_s``, but at least ``took / pss_cpu_share`` (100
         times it: 1 % of a core) and at least ``longest / pss_lock_share`` (400 times it:
         the readings hold a process's mmap lock at most 0.25 % of the time, and its
