@@ -17,7 +17,8 @@ variants alternate, see ``per_call_us``):
    ``proc.memory.percent`` is made of) of a process with a 4 GiB touched heap and 8 forked
    workers that read it, and of a 1 GiB one with 0, 1, 3 and 7 workers (1 to 8
    processes), in ms per reading and per process, and the reading period the collector
-   derives from it (``max(pss_interval_s, 100 x the reading)``).
+   derives from it (``ProcessCollector.pss_period``: ``max(pss_interval_s, 100 x the
+   reading, 400 x the longest walk of one process)``).
 
 Every process it starts is killed and reaped on the way out.
 """
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterator
 from host_sample import per_call_us
 
 from sysmetrics.collectors import ProcessCollector
-from sysmetrics.collectors.process import process_tree
+from sysmetrics.collectors.process import _walk_time, process_tree
 from sysmetrics.host import Job, ProcfsSource
 
 THREADS = 30
@@ -199,10 +200,11 @@ def job_ticks(number: int) -> None:
     )
 
 
-def pss_reading(mib: int, workers: int, repeat: int) -> tuple[int, int, int, float]:
-    """Processes, RSS and PSS (bytes), and the median seconds of one PSS reading of all.
+def pss_reading(mib: int, workers: int, repeat: int) -> tuple[int, int, int, float, float]:
+    """Processes, RSS and PSS (bytes), median seconds of a PSS reading and of its longest walk.
 
-    The job: a ``mib`` MiB touched heap read by ``workers`` forked workers.
+    The job: a ``mib`` MiB touched heap read by ``workers`` forked workers. A walk is one
+    process's read, timed by the reader's runnable time, as the collector times it.
     """
     source = ProcfsSource()
     with started(
@@ -213,32 +215,38 @@ def pss_reading(mib: int, workers: int, repeat: int) -> tuple[int, int, int, flo
             sys.exit("the workers did not start")
         pids = [pid for pid, _ in process_tree(source, parent.pid)]
         rss = sum(s.rss_bytes for pid in pids if (s := source.process(pid)))
-        times, pss = [], 0
+        times, walks, pss = [], [], 0
         for _ in range(repeat):
-            t = time.perf_counter()
-            pss = sum(source.pss(pid) or 0 for pid in pids)
+            t, longest, pss = time.perf_counter(), 0.0, 0
+            for pid in pids:
+                walk = _walk_time()
+                pss += source.pss(pid) or 0
+                longest = max(longest, _walk_time() - walk)
             times.append(time.perf_counter() - t)
-    return len(pids), rss, pss, sorted(times)[len(times) // 2]
+            walks.append(longest)
+    middle = len(times) // 2
+    return len(pids), rss, pss, sorted(times)[middle], sorted(walks)[middle]
 
 
 def pss_cost(gib: int, workers: int, repeat: int) -> None:
-    interval = ProcessCollector.pss_interval_s
+    rule = ProcessCollector(ProcfsSource(), os.getpid())
     print(
         f"\n3. one PSS reading (smaps_rollup of every process, on the collector's own thread;"
-        f" period = max({interval:g} s, 100 x the reading); median of {repeat})"
+        f" period = max({rule.pss_interval_s:g} s, 100 x the reading, 400 x the longest"
+        f" walk); median of {repeat})"
     )
     print(
         f"   {'heap':>6}{'processes':>10}{'RSS MiB':>10}{'PSS MiB':>10}{'ms/read':>9}"
-        f"{'ms/process':>11}{'ms/GiB RSS':>11}{'period s':>9}"
+        f"{'ms/process':>11}{'ms/GiB RSS':>11}{'walk ms':>8}{'period s':>9}"
     )
     cases = [(1024, w) for w in (0, 1, 3, 7)] + ([(gib * 1024, workers)] if gib > 0 else [])
     for mib, n in cases:
-        procs, rss, pss, took = pss_reading(mib, n, repeat)
-        period = max(interval, 100 * took)
+        procs, rss, pss, took, walk = pss_reading(mib, n, repeat)
+        period = rule.pss_period(took, walk)
         print(
             f"   {mib // 1024:>4} G{procs:>10}{rss / 2**20:>10,.0f}{pss / 2**20:>10,.0f}"
             f"{took * 1e3:>9.1f}{took * 1e3 / procs:>11.1f}{took * 1e3 / (rss / 2**30):>11.1f}"
-            f"{period:>9.1f}"
+            f"{walk * 1e3:>8.1f}{period:>9.1f}"
         )
 
 

@@ -186,11 +186,12 @@ def shared_job(
 
 
 def watched(job: subprocess.Popen[str], run_file: Path, available: int) -> tuple[float, float]:
-    """Watch ``job`` into ``run_file`` until two PSS readings are in (at most 30 s).
+    """Watch ``job`` into ``run_file`` until two PSS readings are in (at most 90 s).
 
     Returns the truth meanwhile: the job's lowest and highest PSS, % of ``available``.
     A reading of a few hundred MiB in five processes takes tens of ms under load, so the
-    collector spaces readings by seconds (100 times that).
+    collector spaces readings by seconds (100 times that), and by 400 times the longest
+    walk of one process (a 400 MiB buffer: 5 ms idle, 80 ms on this VM at load 6: 32 s).
     """
     truth = []
     with (
@@ -198,7 +199,7 @@ def watched(job: subprocess.Popen[str], run_file: Path, available: int) -> tuple
         JsonlSink(monitor, run_file),
         monitor.reader(buffer=1000) as side,
     ):
-        end, readings = time.monotonic() + 30.0, 0
+        end, readings = time.monotonic() + 90.0, 0
         while readings < 2 and time.monotonic() < end:
             truth.append(sum(smaps_pss(p) for p in tree(job.pid)) / available * 100.0)
             time.sleep(0.25)

@@ -5,20 +5,38 @@ The job is the training process, or every local rank of a distributed run.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import threading
 import time
+import warnings
 
 from sysmetrics.cgroup import Cgroup
 from sysmetrics.collectors.base import BaseCollector, MiB
+from sysmetrics.errors import SystemMetricsWarning, quote
 from sysmetrics.host import HostSource, Job, ProcStat, TreeProcess, process_tree
+from sysmetrics.host.procfs import runqueue_wait
 
 log = logging.getLogger("sysmetrics")
 
 __all__ = ["ProcessCollector", "process_tree"]  # process_tree: from sysmetrics.host
 
 _SAME = 1e-6  # seconds: start times closer than this are the same clock tick
+# Errors of a PSS read that last (the process is another user's, or the system has no
+# smaps_rollup): the keys are left out with one debug line, no warning. Anything else
+# (out of descriptors or memory, no thread to read on) passes: warned once, retried.
+_LASTING = frozenset({errno.EACCES, errno.EPERM, errno.ENOSYS, errno.ENOENT})
+
+
+def _walk_time() -> float:
+    """Seconds the calling thread has been runnable: its CPU time plus its waits for a CPU.
+
+    Over a process's PSS read, the time the kernel held that process's mmap lock (its
+    walk, preemptions in it included), without the wait for the GIL after it. Off Linux,
+    the CPU time alone.
+    """
+    return time.thread_time() + runqueue_wait()
 
 
 class ProcessCollector(BaseCollector):
@@ -46,14 +64,22 @@ class ProcessCollector(BaseCollector):
     - ``proc.memory.pssMB``: proportional set size of the job, MiB (with ``.max``): each
       shared page split among the processes mapping it, so pages shared by forked workers
       count once in all. Linux only (``smaps_rollup``), left out where a process of the job
-      cannot be read (another user's). The kernel walks every mapped page to answer (15
-      to 30 ms per GiB, per process mapping it), so it is read on a thread of its own: at
+      cannot be read (another user's). The kernel walks every mapped page to answer (12
+      to 30 ms per GiB, per process mapping it) holding that process's mmap lock, so its
+      ``mmap``/``munmap`` calls wait for the walk: it is read on a thread of its own, at
       once at the first sample and when the roots change, then at the first sample once
-      ``pss_interval_s`` (1 s) has passed since the latest reading began, but never sooner
-      than 100 times that reading's duration (at most 1 % of a core). Each reading is
-      reported once, by the first sample after it ended (the sample after the one that
-      began it, or the first sample itself, which waits ``pss_first_wait_s`` for it); the
-      samples in between have no PSS key.
+      :meth:`pss_period` has passed since the latest reading began: ``pss_interval_s``
+      (1 s), but never sooner than 100 times that reading's duration (the reader's CPU:
+      at most 1 % of a core, ``pss_cpu_share``) nor than 400 times the longest walk of
+      one process in it (that process's lock held at most 0.25 % of the time,
+      ``pss_lock_share``). Each
+      reading is reported once, by the first sample after it ended (the sample after the
+      one that began it, or the first sample itself, which waits ``pss_first_wait_s`` for
+      it); the samples in between have no PSS key. A reading that fails for a reason that
+      passes (no thread can start: ``pids.max``; out of descriptors or memory) costs these
+      two keys only, with one :class:`SystemMetricsWarning`, and is tried again after
+      ``pss_retry_s`` (1 s), twice as long after each failure in a row, up to
+      ``pss_retry_max_s`` (60 s).
     - ``proc.memory.percent``: the job's memory counted once: ``proc.memory.pssMB`` as a
       percent of the memory available to the job (the host's, or the cgroup memory limit
       where that is lower, asked of the cgroup at each reading). In the samples with a
@@ -103,7 +129,13 @@ class ProcessCollector(BaseCollector):
         first_cpu_window_s: the same for the first sample, measured from the earliest
             root's start (five ticks: that start is known to the tick).
         pss_interval_s: seconds at least between two readings of the proportional set
-            size; more where 100 times the latest reading's duration is more.
+            size; more where :meth:`pss_period` says so.
+        pss_cpu_share: the share of wall time (0.01: 1 % of a core) the readings may
+            take (a reading's duration over the period, :meth:`pss_period`).
+        pss_lock_share: the share of wall time (0.0025: 0.25 %) the readings may hold
+            one process's mmap lock (its longest walk over the period).
+        pss_retry_s: seconds before a reading that failed for now is tried again, doubled
+            after each failure in a row up to ``pss_retry_max_s`` seconds.
 
     """
 
@@ -130,11 +162,19 @@ class ProcessCollector(BaseCollector):
     # ``proc.memory.percent`` comes from these readings, and each is reported once (a
     # value not measured since the previous sample is never shown), so they must come
     # about as often as samples: once a second at most, and never sooner than 100 times
-    # the latest reading's duration (1 % of a core). A reading costs 15 to 30 ms per GiB
-    # mapped per process (benchmarks/job_tick.py): a small job is read every second, a
+    # the latest reading's duration (1 % of a core). A reading costs 12 to 30 ms per GiB
+    # mapped per process (benchmarks/job_tick.py), and the process read waits that long
+    # in any mmap or munmap meanwhile (benchmarks/pss_stall.py: 57 ms for a 4 GiB heap),
+    # so each process's walk is spaced by 400 times its duration too: 0.25 % of its
+    # time at most, half the 0.5 % a 1 s monitor may cost training (performance.md).
+    # A small job is read every second, a 1 GiB process alone (13 ms) every 5 s, a
     # 4 GiB rank with 8 forked workers (0.55 s) about once a minute.
     pss_interval_s = 1.0
+    pss_cpu_share = 0.01
+    pss_lock_share = 0.0025
     pss_first_wait_s = 0.2  # the first sample waits this long for the first reading
+    pss_retry_s = 1.0
+    pss_retry_max_s = 60.0
 
     def __init__(
         self,
@@ -172,6 +212,9 @@ class ProcessCollector(BaseCollector):
         self._pss_asked: tuple[int, ...] = ()  # the roots of the latest reading begun
         self._pss_period = self.pss_interval_s  # seconds between two readings
         self._pss_logged = False
+        self._pss_failures = 0  # readings in a row that failed for now
+        self._pss_error: BaseException | None = None  # the first such failure, to warn of
+        self._pss_warned = False
 
     @property
     def pid(self) -> int:
@@ -310,13 +353,64 @@ class ProcessCollector(BaseCollector):
                     name="sysmetrics-pss",
                     daemon=True,
                 )
-                reading.start()
-                self._own_birth(reading.native_id)
+                try:
+                    reading.start()
+                except Exception as exc:  # "can't start new thread" (pids.max, ulimit -u)
+                    reading = self._pss_reading = None
+                    self._pss_failed(exc, now)
+                else:
+                    self._own_birth(reading.native_id)
         if first and reading is not None:
             reading.join(self.pss_first_wait_s)  # small jobs: the key from the first sample
         with self._pss_lock:
             new, self._pss_new = self._pss_new, False
-            return self._pss if new and self._pss_roots == roots else None
+            error, self._pss_error = self._pss_error, None
+            pss = self._pss if new and self._pss_roots == roots else None
+        if error is not None:
+            text = quote(str(error), 120)
+            warnings.warn(
+                f"sysmetrics: the job's PSS cannot be read now; proc.memory.pssMB and "
+                f"proc.memory.percent are left out until it can (retried after "
+                f"{self.pss_retry_s:g} s, then twice as long each time up to "
+                f"{self.pss_retry_max_s:g} s), the other keys go on: "
+                f"{type(error).__name__}{': ' + text if text else ''}",
+                SystemMetricsWarning,
+                stacklevel=3,
+            )
+        return pss
+
+    def pss_period(self, took: float, longest: float) -> float:
+        """Seconds from the start of a PSS reading to the start of the next one.
+
+        ``took`` is the reading's duration (seconds, wall time, all its processes) and
+        ``longest`` the longest walk of one process among them (seconds the reading
+        thread was runnable over that process's read, on the CPU or waiting for one: the
+        kernel's walk of its page tables, during which its mmap lock is held, preempted
+        or not; a wait for the GIL after it is left out, though under CPU contention the
+        wait for a CPU on waking from it is not, which only spaces readings more).
+
+        The period is ``pss_interval_s``, but at least ``took / pss_cpu_share`` (100
+        times it: 1 % of a core) and at least ``longest / pss_lock_share`` (400 times it:
+        the readings hold a process's mmap lock at most 0.25 % of the time, and its
+        ``mmap`` and ``munmap`` wait for them).
+        """
+        return max(self.pss_interval_s, took / self.pss_cpu_share, longest / self.pss_lock_share)
+
+    def _pss_failed(self, exc: BaseException, now: float) -> None:
+        """A reading failed for now (under ``_pss_lock``): retry later, warn of the first.
+
+        The next one is tried ``pss_retry_s`` after ``now`` (``time.monotonic()``), twice
+        as long after each failure in a row, up to ``pss_retry_max_s``.
+        """
+        self._pss_failures += 1
+        self._pss_time = now
+        self._pss_period = min(
+            self.pss_retry_max_s, self.pss_retry_s * 2.0 ** (self._pss_failures - 1)
+        )
+        if self._pss_warned:
+            log.debug("proc.memory.pssMB left out again: %s: %s", type(exc).__name__, exc)
+        else:
+            self._pss_warned, self._pss_error = True, exc
 
     def _own_birth(self, tid: int | None) -> None:
         """Take the PSS thread just started (``tid``) off the births a walk looks for.
@@ -329,21 +423,41 @@ class ProcessCollector(BaseCollector):
             self._walk_pid = tid
 
     def _read_pss(self, roots: tuple[int, ...], pids: tuple[int, ...], began: float) -> None:
-        """Sum the PSS of ``pids`` (the reading thread) and publish it."""
-        total: int | None = None
+        """Sum the PSS of ``pids`` (the reading thread) and publish it.
+
+        Each process's walk is timed by the time this thread was runnable in it: it holds
+        that process's mmap lock (:meth:`pss_period`).
+        """
+        total: int | None = 0
+        longest = 0.0  # seconds runnable, the longest walk of one process
+        failed: BaseException | None = None
         try:
-            total = sum(self.source.pss(pid) or 0 for pid in pids)  # None: it ended
-        except (OSError, ValueError) as exc:  # not Linux, or another user's process
-            if not self._pss_logged:  # None: a partial sum would pass for the job's
+            for pid in pids:
+                start = _walk_time()
+                pss = self.source.pss(pid)  # None: it ended
+                longest = max(longest, _walk_time() - start)
+                total = (total or 0) + (pss or 0)
+        except BaseException as exc:  # whatever ends the thread
+            total = None  # a partial sum would pass for the job's
+            lasting = isinstance(exc, ValueError) or (
+                isinstance(exc, OSError) and exc.errno in _LASTING
+            )
+            if not lasting:  # out of descriptors or memory, or unforeseen: retried
+                failed = exc
+            elif not self._pss_logged:  # not Linux, or another user's process
                 self._pss_logged = True
                 log.debug("proc.memory.pssMB left out: %s", exc)
         finally:
-            took = time.monotonic() - began
+            end = time.monotonic()
             with self._pss_lock:
-                self._pss, self._pss_time, self._pss_roots = total, began, roots
-                self._pss_new = True
-                self._pss_period = max(self.pss_interval_s, 100.0 * took)
                 self._pss_reading = None
+                if failed is not None:
+                    self._pss_failed(failed, end)
+                else:
+                    self._pss, self._pss_time, self._pss_roots = total, began, roots
+                    self._pss_new = True
+                    self._pss_failures = 0
+                    self._pss_period = self.pss_period(end - began, longest)
 
     def _own(self, st: ProcStat) -> float:
         if self.track_process_tree:

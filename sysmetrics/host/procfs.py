@@ -143,6 +143,19 @@ def _smaps_pss(root: str, pid: int) -> int | None:
     return int(text[start + 5 : text.index("kB", start)]) * 1024
 
 
+def runqueue_wait() -> float:
+    """Seconds the calling thread has waited for a CPU while runnable, since it began.
+
+    The second field of ``/proc/thread-self/schedstat`` (nanoseconds, exact to the
+    context switch; Linux 4.2+ with ``CONFIG_SCHED_INFO``). 0.0 where it cannot be read
+    (not Linux), so that a difference of two readings is 0.
+    """
+    try:
+        return int(_read_record("/proc/thread-self/schedstat").split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _fd_targets(root: str, pid: int) -> list[str]:
     """Where the links of ``<root>/<pid>/fd`` point; empty where that cannot be listed."""
     fd_dir = f"{root}/{pid}/fd"
