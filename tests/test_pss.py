@@ -34,7 +34,10 @@ START = threading.Thread.start
 
 class ScriptedPss(PsutilSource):
     """The real source (psutil: every platform), whose PSS reads are scripted: each one
-    raises the next error of ``errors``, then reads ``PSS`` bytes once they are used up."""
+    raises the next error of ``errors``, then reads ``PSS`` bytes once they are used up.
+
+    The collectors over it watch the test's process alone (``track_process_tree=False``):
+    a child an earlier test left to be reaped (a killed statfs helper) is no part of it."""
 
     PSS = 100 * MiB
 
@@ -94,7 +97,9 @@ def test_a_pss_thread_that_cannot_start_costs_only_the_pss_keys(
     """Regression (issue 30, item 1): the error escaped ``sample()``; now each sample keeps
     ``cpu`` and the other ``proc.*`` keys, leaves PSS out, warns once, and PSS comes back
     once a thread starts again (retried with back-off)."""
-    collector = quick_retries(ProcessCollector(ScriptedPss(), os.getpid()))
+    collector = quick_retries(
+        ProcessCollector(ScriptedPss(), os.getpid(), track_process_tree=False)
+    )
     refused = no_thread_for(monkeypatch, 3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -117,7 +122,9 @@ def test_a_pss_thread_that_cannot_start_costs_only_the_pss_keys(
 def test_retries_of_the_pss_reader_back_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each failure in a row doubles the wait before the next try, up to ``pss_retry_max_s``;
     a reading that works brings the usual period back."""
-    collector = quick_retries(ProcessCollector(ScriptedPss(), os.getpid()))
+    collector = quick_retries(
+        ProcessCollector(ScriptedPss(), os.getpid(), track_process_tree=False)
+    )
     collector.pss_retry_max_s = 0.07
     no_thread_for(monkeypatch, 4)
     periods = []
@@ -150,7 +157,7 @@ def test_a_pss_reading_that_fails_for_now_warns_once_and_retries(error: BaseExce
     the reading's thread logged one debug line (or died with a traceback) and the keys
     were gone without a word."""
     source = ScriptedPss([error, error])
-    collector = quick_retries(ProcessCollector(source, os.getpid()))
+    collector = quick_retries(ProcessCollector(source, os.getpid(), track_process_tree=False))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         snaps = sample_until_pss(collector)
@@ -165,7 +172,7 @@ def test_a_process_that_cannot_be_read_leaves_pss_out_without_a_warning() -> Non
     """Another user's process (EACCES) is a lasting condition, not a fault: no warning
     (one debug line, as before), no PSS, the rest goes on."""
     source = ScriptedPss([PermissionError(errno.EACCES, "Permission denied")] * 3)
-    collector = quick_retries(ProcessCollector(source, os.getpid()))
+    collector = quick_retries(ProcessCollector(source, os.getpid(), track_process_tree=False))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         snaps = [collector.sample() for _ in range(3)]
