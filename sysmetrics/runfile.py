@@ -31,6 +31,11 @@ A run file is UTF-8 JSON, one object per line, appended to by
   ``"failed"`` (training raised). A recording with no end line ended without one: the
   process was killed (SIGKILL, out of memory) or crashed.
 
+A line that does not parse but holds a record start (``{"run":``, ``{"end":`` or
+``{"time":``) after its first byte is half a line (a full disk, a kill) glued to the next
+writer's line: it is read from the first such start that parses, so two recordings are
+never merged (writers start at a line boundary, see :class:`~sysmetrics.sinks.jsonl.JsonlSink`).
+
 Readers skip lines they do not know, so a file with markers reads in older readers, and
 :func:`read_run` reads files written before the markers existed (samples only: their
 recordings are then told apart by the clock, see :mod:`sysmetrics.report`). Every reader
@@ -391,25 +396,39 @@ class _Reading:
     nodes: dict[int, list[int]] = field(default_factory=dict)  # node -> its recordings
 
 
+_STARTS = (b'{"run":', b'{"end":', b'{"time":')  # how a writer's lines begin
+
+
+def _parse(raw: bytes, fast: Optional[Callable[[bytes], Any]]) -> Any:
+    """``raw`` as JSON, or ``None``; ``fast`` (orjson's ``loads``) first where given."""
+    if fast is not None:
+        try:
+            return fast(raw)
+        except ValueError:  # orjson.JSONDecodeError is one
+            pass
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
 def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]]) -> None:
     """Add one line to the run where it is a run-file record; skip it otherwise.
 
     ``fast`` (orjson's ``loads``) parses first where given; a line it rejects (``NaN``, an
     integer over 64 bits, ...) is parsed again by the stdlib, so both read the same.
     """
-    data = None
-    if fast is not None:
-        try:
-            data = fast(raw)
-        except ValueError:  # orjson.JSONDecodeError is one
-            data = None
-    if data is None:
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            return
+    data = _parse(raw, fast)
     if not isinstance(data, dict):
-        return
+        # A fragment (a line a full disk or a kill cut short) glued to the next writer's
+        # whole line: that line is read, the fragment is junk; never one merged record.
+        at = [i for mark in _STARTS if (i := raw.find(mark, 1)) > 0]
+        for i in sorted(at):
+            data = _parse(raw[i:], fast)
+            if isinstance(data, dict):
+                break
+        else:
+            return
     run = state.run
     if isinstance(data.get("metrics"), dict):
         node = _integer(data.get("node"))
