@@ -97,6 +97,31 @@ def generate(path: str, samples: int, gpus: int, cores: int = 16) -> int:
     return keys
 
 
+def generate_sparse(path: str, samples: int, keys: int, window: int = 10) -> int:
+    """Write a run file of ``samples`` lines at 1 s whose ``keys`` keys come and go.
+
+    Beside a few keys every sample has, key ``k`` is in the ``window`` samples from
+    ``k * (samples - window) // keys`` on (per-process or per-mount keys of processes and
+    mounts that come and go): ``keys * window`` values in all, not ``keys * samples``.
+    Returns the number of distinct keys.
+    """
+    starts: dict[int, list[int]] = {}
+    for k in range(keys):
+        starts.setdefault(k * (samples - window) // keys, []).append(k)
+    live: list[tuple[int, int]] = []  # (last sample, key)
+    start = 1_790_000_000.0
+    with open(path, "w") as f:
+        for n in range(samples):
+            live = [(last, k) for last, k in live if last >= n]
+            live += [(n + window - 1, k) for k in starts.get(n, [])]
+            m = {"cpu": 50.0 + n % 7, "memory": 30.0, "proc.memory.rssMB": 900.0 + n % 11}
+            for _, k in live:
+                m[f"proc.child.{k}.cpu"] = float(k % 100)
+            record = {"time": start + n, "monotonic": 1000.0 + n, "step": n, "metrics": m}
+            f.write(json.dumps(record, separators=(",", ":")) + "\n")
+    return keys + 3
+
+
 REPORT = """
 import resource, sys, time
 t0 = time.perf_counter()

@@ -51,12 +51,13 @@ marker fields of a JSON scalar or list of strings type, strings cut at
 
 from __future__ import annotations
 
+import bisect
 import importlib.metadata
 import json
 import math
 import os
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Optional, Union
@@ -198,6 +199,113 @@ class Recording:
         return command if isinstance(command, list) else None
 
 
+_NAN_BITS = array("Q", array("d", [_NAN]).tobytes())[0]  # the NaN that pads a column
+_DENSE_EVERY = 1024  # values appended to a sparse column between two density checks
+
+_Stored = Union["array[float]", tuple["array[int]", "array[float]"]]
+
+
+def _nans(n: int) -> array[float]:
+    return array("d", [_NAN]) * n
+
+
+class Columns(MutableMapping[str, "array[float]"]):
+    """Each metric key's values, one per sample: ``columns[key][j]``, NaN where ``j`` lacks it.
+
+    Stored by density, never keys x samples x 8 bytes for keys that come and go: a key
+    present in at least half the samples as an ``array('d')`` (8 bytes a sample), a
+    sparser one as the indices of the samples that have it (``array('q')``) and their
+    values (16 bytes a value present). Reading a key (``columns[key]``, ``get``,
+    ``items()``, ``values()``) gives its full ``array('d')`` of ``length`` values: a dense
+    key's own (changes to it stay), a sparse key's made anew at each read and not kept,
+    so a loop over the keys holds one at a time. ``key in columns`` makes none.
+    """
+
+    def __init__(self, length: int = 0) -> None:
+        self.length = length  # samples
+        self._data: dict[str, _Stored] = {}
+
+    @classmethod
+    def of(cls, columns: Mapping[str, array[float]]) -> Columns:
+        """Columns holding ``columns`` (full arrays, one value per sample)."""
+        if isinstance(columns, Columns):
+            return columns
+        out = cls(max((len(c) for c in columns.values()), default=0))
+        for key, column in columns.items():
+            out[key] = column
+        return out
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getitem__(self, key: str) -> array[float]:
+        stored = self._data[key]
+        if isinstance(stored, tuple):
+            out = _nans(self.length)
+            for j, v in zip(*stored):
+                out[j] = v
+            return out
+        if len(stored) < self.length:
+            stored.extend(_nans(self.length - len(stored)))
+        return stored
+
+    def __setitem__(self, key: str, column: array[float]) -> None:
+        if not isinstance(column, array) or column.typecode != "d":
+            column = array("d", column)
+        present = len(column) - array("Q", column.tobytes()).count(_NAN_BITS)
+        if 2 * present >= self.length:
+            self._data[key] = column
+        else:
+            index = array("q", (j for j, v in enumerate(column) if v == v))
+            self._data[key] = (index, array("d", (column[j] for j in index)))
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+
+    def samples(self, key: str) -> list[int]:
+        """The samples that have ``key`` (none where it is unknown)."""
+        stored = self._data.get(key)
+        if stored is None:
+            return []
+        if isinstance(stored, tuple):
+            return stored[0].tolist()
+        return [j for j, v in enumerate(stored) if v == v]
+
+    def value(self, key: str, j: int) -> float:
+        """Sample ``j``'s value of ``key``: NaN where it has none."""
+        stored = self._data[key]
+        if isinstance(stored, tuple):
+            index, values = stored
+            i = bisect.bisect_left(index, j)
+            return values[i] if i < len(index) and index[i] == j else _NAN
+        return stored[j] if j < len(stored) else _NAN
+
+    def nbytes(self) -> int:
+        """Bytes of the values and indices held (the arrays' contents)."""
+        total = 0
+        for stored in self._data.values():
+            if isinstance(stored, tuple):
+                total += 8 * (len(stored[0]) + len(stored[1]))
+            else:
+                total += 8 * len(stored)
+        return total
+
+    def finish(self) -> None:
+        """Store each key by its density now that every sample is in (after the last add)."""
+        for key, stored in list(self._data.items()):
+            if isinstance(stored, tuple):
+                if 2 * len(stored[1]) >= self.length:
+                    self._data[key] = self[key]
+            else:
+                self[key] = self[key]  # padded, then kept dense or made sparse
+
+
 class Run:
     """A run file as columns: entry ``j`` of each list or column is sample ``j``.
 
@@ -206,9 +314,11 @@ class Run:
     the node rank (the sample's, else its recording's; ``None`` where neither says),
     ``recording`` the index of the sample's :class:`Recording` in ``recordings`` (-1 for
     a sample before any ``run`` line: a file written before the markers existed).
-    ``columns`` maps each metric key to an ``array('d')`` of its values, NaN where a sample
-    lacks the key (only finite numbers are kept). Columns, not a dict per sample: a day at
-    1 s is 86,400 samples.
+    ``columns`` (:class:`Columns`) maps each metric key to an ``array('d')`` of its
+    values, NaN where a sample lacks the key (only finite numbers are kept); keys that
+    come and go are stored sparse. Columns, not a dict per sample: a day at 1 s is 86,400
+    samples. ``left_out`` says, in sentences, what of the file :func:`read_run` left out
+    (empty where nothing: every line read and kept).
     """
 
     def __init__(self) -> None:
@@ -218,8 +328,19 @@ class Run:
         self.node: list[Optional[int]] = []
         self.recording: list[int] = []
         self.recordings: list[Recording] = []
-        self.columns: dict[str, array[float]] = {}
+        self._columns = Columns()
         self.files: dict[Optional[int], str] = {}  # node -> its run file (read_runs)
+        self.left_out: list[str] = []  # what read_run left out, in sentences
+        self.dropped_keys: dict[str, int] = {}  # key -> values dropped (over MAX_KEYS)
+
+    @property
+    def columns(self) -> Columns:
+        """Each metric key's values, one per sample (see :class:`Columns`)."""
+        return self._columns
+
+    @columns.setter
+    def columns(self, columns: Mapping[str, array[float]]) -> None:
+        self._columns = Columns.of(columns)
 
     def __len__(self) -> int:
         return len(self.step)
@@ -235,7 +356,8 @@ class Run:
     ) -> None:
         """Append one sample; values that are not finite numbers are dropped."""
         n = len(self.step)
-        columns = self.columns
+        columns = self._columns
+        data = columns._data
         for key, value in metrics.items():
             kind = type(value)
             if kind is int:
@@ -245,14 +367,24 @@ class Run:
                     continue
             elif kind is not float or value - value != 0:  # not a float, or inf or NaN
                 continue
-            column = columns.get(key)
-            if column is None:
-                if len(columns) >= MAX_KEYS:
+            stored = data.get(key)
+            if stored is None:
+                if len(data) >= MAX_KEYS:
+                    self.dropped_keys[key] = self.dropped_keys.get(key, 0) + 1
                     continue
-                column = columns[key] = array("d", [_NAN]) * n
-            elif len(column) < n:
-                column.extend(array("d", [_NAN]) * (n - len(column)))
-            column.append(value)
+                data[key] = (array("q", [n]), array("d", [value]))
+            elif isinstance(stored, tuple):
+                index, values = stored
+                index.append(n)
+                values.append(value)
+                if len(values) % _DENSE_EVERY == 0 and 2 * len(values) > n:
+                    columns.length = n + 1
+                    data[key] = columns[key]  # dense enough: one value per sample
+            else:
+                if len(stored) < n:
+                    stored.extend(_nans(n - len(stored)))
+                stored.append(value)
+        columns.length = n + 1
         self.time.append(_number(time))
         self.monotonic.append(_number(monotonic))
         self.step.append(_integer(step))
@@ -260,11 +392,9 @@ class Run:
         self.recording.append(recording)
 
     def pad(self) -> None:
-        """Fill every column with NaN up to the last sample (after the last :meth:`add`)."""
-        n = len(self.step)
-        for column in self.columns.values():
-            if len(column) < n:
-                column.extend(array("d", [_NAN]) * (n - len(column)))
+        """Store every column by its density (see :class:`Columns`) after the last :meth:`add`."""
+        self._columns.length = len(self.step)
+        self._columns.finish()
 
     def extend(self, other: Run, node: Optional[int] = None) -> None:
         """Append ``other``'s samples and recordings; as node ``node`` where given.
@@ -280,25 +410,34 @@ class Run:
         self.step += other.step
         self.node += other.node if node is None else [node] * len(other)
         self.recording += [i + r if i >= 0 else -1 for i in other.recording]
+        columns = self._columns
         for key, column in other.columns.items():
-            mine = self.columns.get(key)
-            if mine is None:
-                if len(self.columns) >= MAX_KEYS:
-                    continue
-                mine = self.columns[key] = array("d", [_NAN]) * n
+            columns.length = n
+            if key in columns:
+                mine = columns[key]
+            elif len(columns) >= MAX_KEYS:
+                self.dropped_keys[key] = len(other.columns.samples(key))
+                continue
+            else:
+                mine = _nans(n)
             mine.extend(column)
+            columns.length = len(mine)
+            columns[key] = mine
+        self.left_out += other.left_out
+        for key, count in other.dropped_keys.items():
+            self.dropped_keys[key] = self.dropped_keys.get(key, 0) + count
         self.pad()
         self.__dict__.pop("used_gpus", None)  # cached properties of the samples before
         self.__dict__.pop("job_gpu_percent", None)
 
     def metrics(self, j: int) -> dict[str, float]:
         """Sample ``j``'s metrics, as a dict (the keys it has)."""
-        return {k: c[j] for k, c in self.columns.items() if c[j] == c[j]}
+        columns = self._columns
+        return {k: v for k in columns if (v := columns.value(k, j)) == v}
 
     def present(self, key: str) -> list[int]:
         """The samples that have ``key``."""
-        column = self.columns.get(key)
-        return [] if column is None else [j for j, v in enumerate(column) if v == v]
+        return self._columns.samples(key)
 
     @property
     def nodes(self) -> list[Optional[int]]:
@@ -321,6 +460,7 @@ class Run:
         out.step = [self.step[j] for j in samples]
         out.node = [self.node[j] for j in samples]
         out.recording = [index.get(self.recording[j], -1) for j in samples]
+        out.columns.length = len(samples)
         for key, column in self.columns.items():
             picked = array("d", (column[j] for j in samples))
             if any(v == v for v in picked):
