@@ -42,16 +42,20 @@ recordings are then told apart by the clock, see :mod:`sysmetrics.report`). Ever
 of run files uses :func:`read_run`; every writer uses :func:`sample_line`,
 :func:`run_line` and :func:`end_line`.
 
-:func:`read_run` reads at most ``MAX_LINES`` (1,000,000) lines, skips any line over
-``MAX_LINE_BYTES`` (1 MiB) or that is none of the above, keeps at most ``MAX_KEYS``
-(10,000) distinct keys and ``MAX_RECORDINGS`` (10,000) recordings, and keeps only the
-marker fields of a JSON scalar or list of strings type, strings cut at
-``MAX_FIELD_CHARS`` (1,000) characters.
+:func:`read_run` reads every line as long as the run stays within ``MAX_MEMORY`` (2 GiB,
+estimated at ``VALUE_BYTES`` (16) a value and ``SAMPLE_BYTES`` (120) a sample) and
+``MAX_RECORDINGS`` (10,000) recordings, and says in ``Run.left_out`` what it left out
+(the lines, recordings and span of time after it stopped; lines skipped; keys dropped).
+It skips any line over ``MAX_LINE_BYTES`` (1 MiB) or that is none of the above, keeps at
+most ``MAX_KEYS`` (10,000) distinct keys, and keeps only the marker fields of a JSON
+scalar or list of strings type, strings cut at ``MAX_FIELD_CHARS`` (1,000) characters.
+Keys that come and go are stored sparse (:class:`Columns`).
 """
 
 from __future__ import annotations
 
 import bisect
+import datetime
 import importlib.metadata
 import json
 import math
@@ -67,10 +71,13 @@ from sysmetrics.descriptions import gpu_key
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-MAX_LINES = 1_000_000  # lines read from a run file at most (junk lines count)
+MAX_MEMORY = 2 << 30  # bytes a read run may take (estimated as below); reading stops there
+VALUE_BYTES = 16  # the estimate per value kept (a sparse key's index and value)
+SAMPLE_BYTES = 120  # the estimate per sample (its time, clock, step, node, recording)
 MAX_LINE_BYTES = 1 << 20  # bytes; a longer line is skipped
 MAX_KEYS = 10_000  # distinct metric keys kept at most; later new keys are dropped
-MAX_RECORDINGS = 10_000  # recordings (run lines) kept at most; later ones are ignored
+MAX_RECORDINGS = 10_000  # recordings (run lines) read at most; reading stops at the next
+BLOCK_ROWS = 4096  # samples of the same keys read as one block before they become columns
 MAX_FIELD_CHARS = 1000  # characters kept of a marker's string field
 MAX_FIELD_ITEMS = 1000  # items kept of a marker's list field
 
@@ -385,6 +392,11 @@ class Run:
                     stored.extend(_nans(n - len(stored)))
                 stored.append(value)
         columns.length = n + 1
+        self._sample(time, monotonic, step, node, recording)
+
+    def _sample(
+        self, time: Any, monotonic: Any, step: Any, node: Optional[int], recording: int
+    ) -> None:
         self.time.append(_number(time))
         self.monotonic.append(_number(monotonic))
         self.step.append(_integer(step))
@@ -534,6 +546,72 @@ class _Reading:
     open: dict[Optional[int], int] = field(default_factory=dict)  # node -> recording
     last: int = -1  # the latest recording
     nodes: dict[int, list[int]] = field(default_factory=dict)  # node -> its recordings
+    cost: int = 0  # the estimated bytes of the run so far
+    junk: int = 0  # lines that are no run-file record
+    long: int = 0  # lines over MAX_LINE_BYTES
+    full: bool = False  # the next line would pass MAX_MEMORY or MAX_RECORDINGS: stop
+    keys: tuple[str, ...] = ()  # the block's keys, in its lines' order
+    block: array[float] = field(default_factory=lambda: array("d"))  # its rows, row-major
+    first: int = 0  # the block's first sample
+
+    def flush(self) -> None:
+        """Make the block's rows columns (one slice per key)."""
+        k, rows = len(self.keys), len(self.block) // max(len(self.keys), 1)
+        if not rows:
+            self.keys, self.block = (), array("d")
+            return
+        run, first = self.run, self.first
+        columns = run.columns
+        data = columns._data
+        columns.length = first + rows
+        for i, key in enumerate(self.keys):
+            values = self.block[i::k]
+            stored = data.get(key)
+            if stored is None:
+                if len(data) >= MAX_KEYS:
+                    run.dropped_keys[key] = run.dropped_keys.get(key, 0) + rows
+                    continue
+                if 2 * rows >= first + rows:
+                    data[key] = _nans(first) + values
+                else:
+                    data[key] = (array("q", range(first, first + rows)), values)
+            elif isinstance(stored, tuple):
+                stored[0].extend(range(first, first + rows))
+                stored[1].extend(values)
+                if 2 * len(stored[1]) > first + rows:
+                    data[key] = columns[key]
+            else:
+                if len(stored) < first:
+                    stored.extend(_nans(first - len(stored)))
+                stored.extend(values)
+        self.keys, self.block = (), array("d")
+
+
+_NUMBERS = frozenset({float, int})
+
+
+def _fast_sample(
+    state: _Reading, metrics: dict[str, Any], data: dict[str, Any], r: int, node: Optional[int]
+) -> bool:
+    """Add a sample whose values are all finite numbers to the block; False: it is not such."""
+    values = metrics.values()
+    if not set(map(type, values)) <= _NUMBERS:
+        return False
+    try:
+        row = array("d", values)
+    except OverflowError:  # an integer over a float's range
+        return False
+    total = sum(row)
+    if total - total != 0:  # an inf or NaN (or a sum that overflows: checked one by one)
+        return False
+    keys = tuple(metrics)
+    run = state.run
+    if keys != state.keys or len(state.block) >= BLOCK_ROWS * len(keys):
+        state.flush()
+        state.keys, state.first = keys, len(run)
+    state.block.extend(row)
+    run._sample(data.get("time"), data.get("monotonic"), data.get("step"), node, r)
+    return True
 
 
 _STARTS = (b'{"run":', b'{"end":', b'{"time":')  # how a writer's lines begin
@@ -568,6 +646,7 @@ def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]
             if isinstance(data, dict):
                 break
         else:
+            state.junk += 1
             return
     run = state.run
     if isinstance(data.get("metrics"), dict):
@@ -580,8 +659,20 @@ def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]
                 r = state.nodes[node][-1] if node in state.nodes else -1
         if node is None and r >= 0:
             node = run.recordings[r].node
-        run.add(data["metrics"], data.get("time"), data.get("monotonic"), data.get("step"), node, r)
-    elif isinstance(data.get("run"), dict) and len(run.recordings) < MAX_RECORDINGS:
+        metrics = data["metrics"]
+        cost = SAMPLE_BYTES + VALUE_BYTES * len(metrics)
+        if state.cost + cost > MAX_MEMORY:
+            state.full = True
+            return
+        state.cost += cost
+        if not _fast_sample(state, metrics, data, r, node):
+            state.flush()
+            run.add(metrics, data.get("time"), data.get("monotonic"), data.get("step"), node, r)
+    elif isinstance(data.get("run"), dict):
+        if len(run.recordings) >= MAX_RECORDINGS:
+            state.full = True
+            return
+        state.flush()
         rec = Recording(_fields(data["run"]), None, len(run))
         run.recordings.append(rec)
         state.last = len(run.recordings) - 1
@@ -596,32 +687,127 @@ def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]
             r = state.open.pop(None, -1)
         if r >= 0 and run.recordings[r].end is None:
             run.recordings[r].end = end
+    else:
+        state.junk += 1
 
 
-def read_run(path: PathLike, max_lines: int = MAX_LINES) -> Run:
+def _utc(t: Optional[float]) -> str:
+    if t is None:
+        return "an unknown time"
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _rest(
+    file: Any, raw: bytes, fast: Optional[Callable[[bytes], Any]]
+) -> tuple[int, int, Optional[float], Optional[float]]:
+    """What is left of ``file`` from line ``raw`` (read) on: lines, run lines, first and last time.
+
+    Reads the rest line by line (bytes, not kept): time, no memory.
+    """
+    lines, runs, first, last = 0, 0, None, None
+    while raw:
+        lines += 1
+        if raw.startswith(b'{"run":'):
+            runs += 1
+        elif raw.startswith(b'{"time":'):
+            if first is None:
+                data = _parse(raw, fast)
+                first = _number(data.get("time")) if isinstance(data, dict) else None
+            last_line = raw
+        if len(raw) > MAX_LINE_BYTES:  # too long: skip to the end of the line
+            while raw and not raw.endswith(b"\n"):
+                raw = file.readline(MAX_LINE_BYTES)
+        raw = file.readline(MAX_LINE_BYTES + 1)
+    if lines and first is not None:
+        data = _parse(last_line, fast)
+        last = _number(data.get("time")) if isinstance(data, dict) else None
+    return lines, runs, first, last
+
+
+def read_run(path: PathLike, max_lines: Optional[int] = None) -> Run:
     """The run file at ``path`` as a :class:`Run`, samples in file order.
 
-    Reads at most ``max_lines`` lines; a line over ``MAX_LINE_BYTES`` bytes, or one that is
-    neither a JSON object with a ``metrics`` object nor a ``run`` or ``end`` marker, is
-    skipped. Junk never raises; a file that cannot be opened does (``OSError``).
+    Reads every line, or the first ``max_lines``, as long as the run stays within
+    ``MAX_MEMORY`` bytes (estimated: ``SAMPLE_BYTES`` a sample and ``VALUE_BYTES`` a value;
+    the memory it takes is at most that, about twice the file's size for a file of
+    short keys) and ``MAX_RECORDINGS`` recordings; where it stops before the end it says
+    in :attr:`Run.left_out` which lines, recordings and span of time it left out. A line
+    over ``MAX_LINE_BYTES`` bytes, or one that is neither a JSON object with a ``metrics``
+    object nor a ``run`` or ``end`` marker, is skipped and counted there too, as are the
+    values of keys past ``MAX_KEYS``. Junk never raises; a file that cannot be opened
+    does (``OSError``).
     """
     state = _Reading(Run())
+    run = state.run
     fast = _optional.fast_json_loads()
+    name = os.fspath(path)
+    number = 0
     with open(path, "rb") as file:
-        for _ in range(max_lines):
+        while max_lines is None or number < max_lines:
             raw = file.readline(MAX_LINE_BYTES + 1)
             if not raw:
                 break
+            number += 1
             if len(raw) > MAX_LINE_BYTES:  # too long: skip to the end of the line
+                state.long += 1
                 while raw and not raw.endswith(b"\n"):
                     raw = file.readline(MAX_LINE_BYTES)
                 continue
             _add_line(state, raw, fast)
-    state.run.pad()
-    return state.run
+            if state.full:
+                break
+        else:
+            raw = file.readline(MAX_LINE_BYTES + 1)
+            if raw:
+                number += 1
+        state.flush()
+        if raw and (state.full or max_lines is not None):
+            why = (
+                f"after {MAX_RECORDINGS:,} recordings (MAX_RECORDINGS)"
+                if len(run.recordings) >= MAX_RECORDINGS
+                else f"at max_lines={max_lines:,}"
+                if not state.full
+                else f"at its memory budget (MAX_MEMORY, {MAX_MEMORY / 2**30:.3g} GiB)"
+            )
+            lines, runs, first, last = _rest(file, raw, fast)
+            cut = len(run.recordings) if run.recordings and not raw.startswith(b'{"run":') else 0
+            what = []
+            if cut:
+                what.append(f"the rest of recording {cut}")
+            if runs:
+                what.append(f"{runs:,} more recording{'s' if runs != 1 else ''}")
+            said = " and ".join(what) + ": " if what else ""
+            span = (
+                f"samples from {_utc(first)} to {_utc(last)} UTC"
+                if first is not None
+                else "no samples"
+            )
+            run.left_out.append(
+                f"{name}: left out: lines {number:,} to {number + lines - 1:,} (the end), "
+                f"not read {why}: {said}{span}"
+            )
+    if state.long:
+        run.left_out.append(
+            f"{name}: {state.long:,} lines over {MAX_LINE_BYTES // 2**20} MiB "
+            "(MAX_LINE_BYTES) were skipped"
+        )
+    if state.junk:
+        run.left_out.append(
+            f"{name}: {state.junk:,} lines that are no run-file record (cut short, or not "
+            "JSON) were skipped"
+        )
+    if run.dropped_keys:
+        keys = sorted(run.dropped_keys)
+        shown = ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
+        run.left_out.append(
+            f"{name}: {len(keys):,} keys past {MAX_KEYS:,} distinct keys (MAX_KEYS) were left out "
+            f"({sum(run.dropped_keys.values()):,} values): {shown}"
+        )
+    run.pad()
+    return run
 
 
-def read_runs(paths: Sequence[PathLike], max_lines: int = MAX_LINES) -> Run:
+def read_runs(paths: Sequence[PathLike], max_lines: Optional[int] = None) -> Run:
     """Several run files, one per node of one run, as one :class:`Run` of several nodes.
 
     Each file is read with :func:`read_run` (``max_lines`` each) and its samples keep the
