@@ -109,3 +109,22 @@ def test_what_is_left_out_is_said_on_stderr_and_on_the_page(tmp_path: Path) -> N
     assert "samples from 2027-01-15 08:17:30 to 2027-01-15 08:34:59 UTC" in done.stderr
     page = out.read_text()
     assert said in page and "the rest of recording 2 and 1 more recording" in page
+
+
+def test_past_max_recordings_the_reader_stops_and_never_merges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: run lines past MAX_RECORDINGS were ignored, so their samples joined the last."""
+    monkeypatch.setattr(runfile, "MAX_RECORDINGS", 2)
+    path = tmp_path / "run.jsonl"
+    lines = []
+    for r in range(3):
+        lines.append(runfile.run_line(node=0, pid=r, start=1e9 + 100 * r))
+        lines += [runfile.sample_line(1e9 + 100 * r + n, n, n, {"cpu": float(r)}) for n in range(3)]
+    path.write_bytes(b"".join(lines))
+    run = read_run(path)
+    assert [r.run["pid"] for r in run.recordings] == [0, 1]
+    assert list(run.columns["cpu"]) == [0.0] * 3 + [1.0] * 3  # nothing of the third
+    (said,) = run.left_out
+    assert "left out: lines 9 to 12 (the end), not read after 2 recordings (MAX_RECORDINGS)" in said
+    assert "1 more recording: samples from 2001-09-09 01:50:00 to 2001-09-09 01:50:02 UTC" in said
