@@ -128,3 +128,19 @@ def test_past_max_recordings_the_reader_stops_and_never_merges(
     (said,) = run.left_out
     assert "left out: lines 9 to 12 (the end), not read after 2 recordings (MAX_RECORDINGS)" in said
     assert "1 more recording: samples from 2001-09-09 01:50:00 to 2001-09-09 01:50:02 UTC" in said
+
+
+def test_keys_past_the_summary_tables_rows_are_said(tmp_path: Path) -> None:
+    """Regression: the table stopped at MAX_ROWS rows without a word."""
+    pytest.importorskip("matplotlib", reason="needs the [report] extra")
+    from sysmetrics import report
+    from sysmetrics.report.data import MAX_ROWS
+
+    path = tmp_path / "run.jsonl"
+    keys = {f"custom.k{i:04d}": float(i) for i in range(MAX_ROWS + 10)}
+    path.write_bytes(b"".join(runfile.sample_line(1e9 + n, n, n, keys) for n in range(5)))
+    out = tmp_path / "page.html"
+    report.write_report(path, out)
+    page = out.read_text()
+    assert f"10 more keys are not in the table (at most {MAX_ROWS} rows, MAX_ROWS)" in page
+    assert "custom.k0500 to custom.k0509." in page

@@ -19,6 +19,7 @@ from typing import Optional
 
 from sysmetrics.findings import NO_MATCH, Finding, findings
 from sysmetrics.report.data import (
+    MAX_ROWS,
     MAX_STALLS_SAID,
     Series,
     Stall,
@@ -204,13 +205,24 @@ def _section(
     parts.append(_findings_html(findings(run) if found is None else found, start))
     parts.append(f"<h{h}>Summary</h{h}><table><tr><th>group</th><th>key</th><th>unit</th>")
     parts.append("<th>mean</th><th>p95</th><th>peak</th><th>total</th></tr>")
-    for row in summary(series(run) if all_series is None else all_series):
+    shown = series(run) if all_series is None else all_series
+    rows = summary(shown)
+    for row in rows:
         label = _cut(row.label, MAX_KEY_CHARS)
         cells = (row.group, label, row.unit, *map(_number, (row.mean, row.p95, row.peak)))
         parts.append(
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (*cells, row.total)) + "</tr>"
         )
-    parts.append(f"</table><h{h}>Figures</h{h}>")
+    parts.append("</table>")
+    unlisted = [s.label for s in shown if s.present][len(rows) :]
+    if unlisted:  # the table's bound, said
+        low, high = _cut(unlisted[0], MAX_KEY_CHARS), _cut(unlisted[-1], MAX_KEY_CHARS)
+        note = (
+            f"{len(unlisted)} more keys are not in the table (at most {MAX_ROWS} rows, "
+            f"MAX_ROWS): {low} to {high}."
+        )
+        parts.append(f"<p><small>{html.escape(note)}</small></p>")
+    parts.append(f"<h{h}>Figures</h{h}>")
     said = []
     if ax.left_out:
         said.append(f"The {ax.left_out} samples before the first step are not drawn.")
