@@ -31,27 +31,37 @@ A run file is UTF-8 JSON, one object per line, appended to by
   ``"failed"`` (training raised). A recording with no end line ended without one: the
   process was killed (SIGKILL, out of memory) or crashed.
 
+A line that does not parse but holds a record start (``{"run":``, ``{"end":`` or
+``{"time":``) after its first byte is half a line (a full disk, a kill) glued to the next
+writer's line: it is read from the first such start that parses, so two recordings are
+never merged (writers start at a line boundary, see :class:`~sysmetrics.sinks.jsonl.JsonlSink`).
+
 Readers skip lines they do not know, so a file with markers reads in older readers, and
 :func:`read_run` reads files written before the markers existed (samples only: their
 recordings are then told apart by the clock, see :mod:`sysmetrics.report`). Every reader
 of run files uses :func:`read_run`; every writer uses :func:`sample_line`,
 :func:`run_line` and :func:`end_line`.
 
-:func:`read_run` reads at most ``MAX_LINES`` (1,000,000) lines, skips any line over
-``MAX_LINE_BYTES`` (1 MiB) or that is none of the above, keeps at most ``MAX_KEYS``
-(10,000) distinct keys and ``MAX_RECORDINGS`` (10,000) recordings, and keeps only the
-marker fields of a JSON scalar or list of strings type, strings cut at
-``MAX_FIELD_CHARS`` (1,000) characters.
+:func:`read_run` reads every line as long as the run stays within ``MAX_MEMORY`` (2 GiB,
+estimated at ``VALUE_BYTES`` (16) a value and ``SAMPLE_BYTES`` (120) a sample) and
+``MAX_RECORDINGS`` (10,000) recordings, and says in ``Run.left_out`` what it left out
+(the lines, recordings and span of time after it stopped; lines skipped; keys dropped).
+It skips any line over ``MAX_LINE_BYTES`` (1 MiB) or that is none of the above, keeps at
+most ``MAX_KEYS`` (10,000) distinct keys, and keeps only the marker fields of a JSON
+scalar or list of strings type, strings cut at ``MAX_FIELD_CHARS`` (1,000) characters.
+Keys that come and go are stored sparse (:class:`Columns`).
 """
 
 from __future__ import annotations
 
+import bisect
+import datetime
 import importlib.metadata
 import json
 import math
 import os
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Optional, Union
@@ -61,10 +71,13 @@ from sysmetrics.descriptions import gpu_key
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-MAX_LINES = 1_000_000  # lines read from a run file at most (junk lines count)
+MAX_MEMORY = 2 << 30  # bytes a read run may take (estimated as below); reading stops there
+VALUE_BYTES = 16  # the estimate per value kept (a sparse key's index and value)
+SAMPLE_BYTES = 120  # the estimate per sample (its time, clock, step, node, recording)
 MAX_LINE_BYTES = 1 << 20  # bytes; a longer line is skipped
 MAX_KEYS = 10_000  # distinct metric keys kept at most; later new keys are dropped
-MAX_RECORDINGS = 10_000  # recordings (run lines) kept at most; later ones are ignored
+MAX_RECORDINGS = 10_000  # recordings (run lines) read at most; reading stops at the next
+BLOCK_ROWS = 4096  # samples of the same keys read as one block before they become columns
 MAX_FIELD_CHARS = 1000  # characters kept of a marker's string field
 MAX_FIELD_ITEMS = 1000  # items kept of a marker's list field
 
@@ -193,6 +206,113 @@ class Recording:
         return command if isinstance(command, list) else None
 
 
+_NAN_BITS = array("Q", array("d", [_NAN]).tobytes())[0]  # the NaN that pads a column
+_DENSE_EVERY = 1024  # values appended to a sparse column between two density checks
+
+_Stored = Union["array[float]", tuple["array[int]", "array[float]"]]
+
+
+def _nans(n: int) -> array[float]:
+    return array("d", [_NAN]) * n
+
+
+class Columns(MutableMapping[str, "array[float]"]):
+    """Each metric key's values, one per sample: ``columns[key][j]``, NaN where ``j`` lacks it.
+
+    Stored by density, never keys x samples x 8 bytes for keys that come and go: a key
+    present in at least half the samples as an ``array('d')`` (8 bytes a sample), a
+    sparser one as the indices of the samples that have it (``array('q')``) and their
+    values (16 bytes a value present). Reading a key (``columns[key]``, ``get``,
+    ``items()``, ``values()``) gives its full ``array('d')`` of ``length`` values: a dense
+    key's own (changes to it stay), a sparse key's made anew at each read and not kept,
+    so a loop over the keys holds one at a time. ``key in columns`` makes none.
+    """
+
+    def __init__(self, length: int = 0) -> None:
+        self.length = length  # samples
+        self._data: dict[str, _Stored] = {}
+
+    @classmethod
+    def of(cls, columns: Mapping[str, array[float]]) -> Columns:
+        """Columns holding ``columns`` (full arrays, one value per sample)."""
+        if isinstance(columns, Columns):
+            return columns
+        out = cls(max((len(c) for c in columns.values()), default=0))
+        for key, column in columns.items():
+            out[key] = column
+        return out
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getitem__(self, key: str) -> array[float]:
+        stored = self._data[key]
+        if isinstance(stored, tuple):
+            out = _nans(self.length)
+            for j, v in zip(*stored):
+                out[j] = v
+            return out
+        if len(stored) < self.length:
+            stored.extend(_nans(self.length - len(stored)))
+        return stored
+
+    def __setitem__(self, key: str, column: array[float]) -> None:
+        if not isinstance(column, array) or column.typecode != "d":
+            column = array("d", column)
+        present = len(column) - array("Q", column.tobytes()).count(_NAN_BITS)
+        if 2 * present >= self.length:
+            self._data[key] = column
+        else:
+            index = array("q", (j for j, v in enumerate(column) if v == v))
+            self._data[key] = (index, array("d", (column[j] for j in index)))
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+
+    def samples(self, key: str) -> list[int]:
+        """The samples that have ``key`` (none where it is unknown)."""
+        stored = self._data.get(key)
+        if stored is None:
+            return []
+        if isinstance(stored, tuple):
+            return stored[0].tolist()
+        return [j for j, v in enumerate(stored) if v == v]
+
+    def value(self, key: str, j: int) -> float:
+        """Sample ``j``'s value of ``key``: NaN where it has none."""
+        stored = self._data[key]
+        if isinstance(stored, tuple):
+            index, values = stored
+            i = bisect.bisect_left(index, j)
+            return values[i] if i < len(index) and index[i] == j else _NAN
+        return stored[j] if j < len(stored) else _NAN
+
+    def nbytes(self) -> int:
+        """Bytes of the values and indices held (the arrays' contents)."""
+        total = 0
+        for stored in self._data.values():
+            if isinstance(stored, tuple):
+                total += 8 * (len(stored[0]) + len(stored[1]))
+            else:
+                total += 8 * len(stored)
+        return total
+
+    def finish(self) -> None:
+        """Store each key by its density now that every sample is in (after the last add)."""
+        for key, stored in list(self._data.items()):
+            if isinstance(stored, tuple):
+                if 2 * len(stored[1]) >= self.length:
+                    self._data[key] = self[key]
+            else:
+                self[key] = self[key]  # padded, then kept dense or made sparse
+
+
 class Run:
     """A run file as columns: entry ``j`` of each list or column is sample ``j``.
 
@@ -201,9 +321,11 @@ class Run:
     the node rank (the sample's, else its recording's; ``None`` where neither says),
     ``recording`` the index of the sample's :class:`Recording` in ``recordings`` (-1 for
     a sample before any ``run`` line: a file written before the markers existed).
-    ``columns`` maps each metric key to an ``array('d')`` of its values, NaN where a sample
-    lacks the key (only finite numbers are kept). Columns, not a dict per sample: a day at
-    1 s is 86,400 samples.
+    ``columns`` (:class:`Columns`) maps each metric key to an ``array('d')`` of its
+    values, NaN where a sample lacks the key (only finite numbers are kept); keys that
+    come and go are stored sparse. Columns, not a dict per sample: a day at 1 s is 86,400
+    samples. ``left_out`` says, in sentences, what of the file :func:`read_run` left out
+    (empty where nothing: every line read and kept).
     """
 
     def __init__(self) -> None:
@@ -213,8 +335,19 @@ class Run:
         self.node: list[Optional[int]] = []
         self.recording: list[int] = []
         self.recordings: list[Recording] = []
-        self.columns: dict[str, array[float]] = {}
+        self._columns = Columns()
         self.files: dict[Optional[int], str] = {}  # node -> its run file (read_runs)
+        self.left_out: list[str] = []  # what read_run left out, in sentences
+        self.dropped_keys: dict[str, int] = {}  # key -> values dropped (over MAX_KEYS)
+
+    @property
+    def columns(self) -> Columns:
+        """Each metric key's values, one per sample (see :class:`Columns`)."""
+        return self._columns
+
+    @columns.setter
+    def columns(self, columns: Mapping[str, array[float]]) -> None:
+        self._columns = Columns.of(columns)
 
     def __len__(self) -> int:
         return len(self.step)
@@ -230,7 +363,8 @@ class Run:
     ) -> None:
         """Append one sample; values that are not finite numbers are dropped."""
         n = len(self.step)
-        columns = self.columns
+        columns = self._columns
+        data = columns._data
         for key, value in metrics.items():
             kind = type(value)
             if kind is int:
@@ -240,14 +374,29 @@ class Run:
                     continue
             elif kind is not float or value - value != 0:  # not a float, or inf or NaN
                 continue
-            column = columns.get(key)
-            if column is None:
-                if len(columns) >= MAX_KEYS:
+            stored = data.get(key)
+            if stored is None:
+                if len(data) >= MAX_KEYS:
+                    self.dropped_keys[key] = self.dropped_keys.get(key, 0) + 1
                     continue
-                column = columns[key] = array("d", [_NAN]) * n
-            elif len(column) < n:
-                column.extend(array("d", [_NAN]) * (n - len(column)))
-            column.append(value)
+                data[key] = (array("q", [n]), array("d", [value]))
+            elif isinstance(stored, tuple):
+                index, values = stored
+                index.append(n)
+                values.append(value)
+                if len(values) % _DENSE_EVERY == 0 and 2 * len(values) > n:
+                    columns.length = n + 1
+                    data[key] = columns[key]  # dense enough: one value per sample
+            else:
+                if len(stored) < n:
+                    stored.extend(_nans(n - len(stored)))
+                stored.append(value)
+        columns.length = n + 1
+        self._sample(time, monotonic, step, node, recording)
+
+    def _sample(
+        self, time: Any, monotonic: Any, step: Any, node: Optional[int], recording: int
+    ) -> None:
         self.time.append(_number(time))
         self.monotonic.append(_number(monotonic))
         self.step.append(_integer(step))
@@ -255,11 +404,9 @@ class Run:
         self.recording.append(recording)
 
     def pad(self) -> None:
-        """Fill every column with NaN up to the last sample (after the last :meth:`add`)."""
-        n = len(self.step)
-        for column in self.columns.values():
-            if len(column) < n:
-                column.extend(array("d", [_NAN]) * (n - len(column)))
+        """Store every column by its density (see :class:`Columns`) after the last :meth:`add`."""
+        self._columns.length = len(self.step)
+        self._columns.finish()
 
     def extend(self, other: Run, node: Optional[int] = None) -> None:
         """Append ``other``'s samples and recordings; as node ``node`` where given.
@@ -275,25 +422,34 @@ class Run:
         self.step += other.step
         self.node += other.node if node is None else [node] * len(other)
         self.recording += [i + r if i >= 0 else -1 for i in other.recording]
+        columns = self._columns
         for key, column in other.columns.items():
-            mine = self.columns.get(key)
-            if mine is None:
-                if len(self.columns) >= MAX_KEYS:
-                    continue
-                mine = self.columns[key] = array("d", [_NAN]) * n
+            columns.length = n
+            if key in columns:
+                mine = columns[key]
+            elif len(columns) >= MAX_KEYS:
+                self.dropped_keys[key] = len(other.columns.samples(key))
+                continue
+            else:
+                mine = _nans(n)
             mine.extend(column)
+            columns.length = len(mine)
+            columns[key] = mine
+        self.left_out += other.left_out
+        for key, count in other.dropped_keys.items():
+            self.dropped_keys[key] = self.dropped_keys.get(key, 0) + count
         self.pad()
         self.__dict__.pop("used_gpus", None)  # cached properties of the samples before
         self.__dict__.pop("job_gpu_percent", None)
 
     def metrics(self, j: int) -> dict[str, float]:
         """Sample ``j``'s metrics, as a dict (the keys it has)."""
-        return {k: c[j] for k, c in self.columns.items() if c[j] == c[j]}
+        columns = self._columns
+        return {k: v for k in columns if (v := columns.value(k, j)) == v}
 
     def present(self, key: str) -> list[int]:
         """The samples that have ``key``."""
-        column = self.columns.get(key)
-        return [] if column is None else [j for j, v in enumerate(column) if v == v]
+        return self._columns.samples(key)
 
     @property
     def nodes(self) -> list[Optional[int]]:
@@ -316,6 +472,7 @@ class Run:
         out.step = [self.step[j] for j in samples]
         out.node = [self.node[j] for j in samples]
         out.recording = [index.get(self.recording[j], -1) for j in samples]
+        out.columns.length = len(samples)
         for key, column in self.columns.items():
             picked = array("d", (column[j] for j in samples))
             if any(v == v for v in picked):
@@ -389,6 +546,88 @@ class _Reading:
     open: dict[Optional[int], int] = field(default_factory=dict)  # node -> recording
     last: int = -1  # the latest recording
     nodes: dict[int, list[int]] = field(default_factory=dict)  # node -> its recordings
+    cost: int = 0  # the estimated bytes of the run so far
+    junk: int = 0  # lines that are no run-file record
+    long: int = 0  # lines over MAX_LINE_BYTES
+    full: bool = False  # the next line would pass MAX_MEMORY or MAX_RECORDINGS: stop
+    keys: tuple[str, ...] = ()  # the block's keys, in its lines' order
+    block: array[float] = field(default_factory=lambda: array("d"))  # its rows, row-major
+    first: int = 0  # the block's first sample
+
+    def flush(self) -> None:
+        """Make the block's rows columns (one slice per key)."""
+        k, rows = len(self.keys), len(self.block) // max(len(self.keys), 1)
+        if not rows:
+            self.keys, self.block = (), array("d")
+            return
+        run, first = self.run, self.first
+        columns = run.columns
+        data = columns._data
+        columns.length = first + rows
+        for i, key in enumerate(self.keys):
+            values = self.block[i::k]
+            stored = data.get(key)
+            if stored is None:
+                if len(data) >= MAX_KEYS:
+                    run.dropped_keys[key] = run.dropped_keys.get(key, 0) + rows
+                    continue
+                if 2 * rows >= first + rows:
+                    data[key] = _nans(first) + values
+                else:
+                    data[key] = (array("q", range(first, first + rows)), values)
+            elif isinstance(stored, tuple):
+                stored[0].extend(range(first, first + rows))
+                stored[1].extend(values)
+                if 2 * len(stored[1]) > first + rows:
+                    data[key] = columns[key]
+            else:
+                if len(stored) < first:
+                    stored.extend(_nans(first - len(stored)))
+                stored.extend(values)
+        self.keys, self.block = (), array("d")
+
+
+_NUMBERS = frozenset({float, int})
+
+
+def _fast_sample(
+    state: _Reading, metrics: dict[str, Any], data: dict[str, Any], r: int, node: Optional[int]
+) -> bool:
+    """Add a sample whose values are all finite numbers to the block; False: it is not such."""
+    values = metrics.values()
+    if not set(map(type, values)) <= _NUMBERS:
+        return False
+    try:
+        row = array("d", values)
+    except OverflowError:  # an integer over a float's range
+        return False
+    total = sum(row)
+    if total - total != 0:  # an inf or NaN (or a sum that overflows: checked one by one)
+        return False
+    keys = tuple(metrics)
+    run = state.run
+    if keys != state.keys or len(state.block) >= BLOCK_ROWS * len(keys):
+        state.flush()
+        state.keys, state.first = keys, len(run)
+    state.block.extend(row)
+    run._sample(data.get("time"), data.get("monotonic"), data.get("step"), node, r)
+    return True
+
+
+_STARTS = (b'{"run":', b'{"end":', b'{"time":')  # how a writer's lines begin
+
+
+def _parse(raw: bytes, fast: Optional[Callable[[bytes], Any]]) -> Any:
+    """``raw`` as JSON, or ``None``; ``fast`` (orjson's ``loads``) first where given."""
+    if fast is not None:
+        try:
+            return fast(raw)
+        except ValueError:  # orjson.JSONDecodeError is one
+            pass
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
 
 
 def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]]) -> None:
@@ -397,19 +636,18 @@ def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]
     ``fast`` (orjson's ``loads``) parses first where given; a line it rejects (``NaN``, an
     integer over 64 bits, ...) is parsed again by the stdlib, so both read the same.
     """
-    data = None
-    if fast is not None:
-        try:
-            data = fast(raw)
-        except ValueError:  # orjson.JSONDecodeError is one
-            data = None
-    if data is None:
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            return
+    data = _parse(raw, fast)
     if not isinstance(data, dict):
-        return
+        # A fragment (a line a full disk or a kill cut short) glued to the next writer's
+        # whole line: that line is read, the fragment is junk; never one merged record.
+        at = [i for mark in _STARTS if (i := raw.find(mark, 1)) > 0]
+        for i in sorted(at):
+            data = _parse(raw[i:], fast)
+            if isinstance(data, dict):
+                break
+        else:
+            state.junk += 1
+            return
     run = state.run
     if isinstance(data.get("metrics"), dict):
         node = _integer(data.get("node"))
@@ -421,8 +659,20 @@ def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]
                 r = state.nodes[node][-1] if node in state.nodes else -1
         if node is None and r >= 0:
             node = run.recordings[r].node
-        run.add(data["metrics"], data.get("time"), data.get("monotonic"), data.get("step"), node, r)
-    elif isinstance(data.get("run"), dict) and len(run.recordings) < MAX_RECORDINGS:
+        metrics = data["metrics"]
+        cost = SAMPLE_BYTES + VALUE_BYTES * len(metrics)
+        if state.cost + cost > MAX_MEMORY:
+            state.full = True
+            return
+        state.cost += cost
+        if not _fast_sample(state, metrics, data, r, node):
+            state.flush()
+            run.add(metrics, data.get("time"), data.get("monotonic"), data.get("step"), node, r)
+    elif isinstance(data.get("run"), dict):
+        if len(run.recordings) >= MAX_RECORDINGS:
+            state.full = True
+            return
+        state.flush()
         rec = Recording(_fields(data["run"]), None, len(run))
         run.recordings.append(rec)
         state.last = len(run.recordings) - 1
@@ -437,32 +687,127 @@ def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]
             r = state.open.pop(None, -1)
         if r >= 0 and run.recordings[r].end is None:
             run.recordings[r].end = end
+    else:
+        state.junk += 1
 
 
-def read_run(path: PathLike, max_lines: int = MAX_LINES) -> Run:
+def _utc(t: Optional[float]) -> str:
+    if t is None:
+        return "an unknown time"
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _rest(
+    file: Any, raw: bytes, fast: Optional[Callable[[bytes], Any]]
+) -> tuple[int, int, Optional[float], Optional[float]]:
+    """What is left of ``file`` from line ``raw`` (read) on: lines, run lines, first and last time.
+
+    Reads the rest line by line (bytes, not kept): time, no memory.
+    """
+    lines, runs, first, last = 0, 0, None, None
+    while raw:
+        lines += 1
+        if raw.startswith(b'{"run":'):
+            runs += 1
+        elif raw.startswith(b'{"time":'):
+            if first is None:
+                data = _parse(raw, fast)
+                first = _number(data.get("time")) if isinstance(data, dict) else None
+            last_line = raw
+        if len(raw) > MAX_LINE_BYTES:  # too long: skip to the end of the line
+            while raw and not raw.endswith(b"\n"):
+                raw = file.readline(MAX_LINE_BYTES)
+        raw = file.readline(MAX_LINE_BYTES + 1)
+    if lines and first is not None:
+        data = _parse(last_line, fast)
+        last = _number(data.get("time")) if isinstance(data, dict) else None
+    return lines, runs, first, last
+
+
+def read_run(path: PathLike, max_lines: Optional[int] = None) -> Run:
     """The run file at ``path`` as a :class:`Run`, samples in file order.
 
-    Reads at most ``max_lines`` lines; a line over ``MAX_LINE_BYTES`` bytes, or one that is
-    neither a JSON object with a ``metrics`` object nor a ``run`` or ``end`` marker, is
-    skipped. Junk never raises; a file that cannot be opened does (``OSError``).
+    Reads every line, or the first ``max_lines``, as long as the run stays within
+    ``MAX_MEMORY`` bytes (estimated: ``SAMPLE_BYTES`` a sample and ``VALUE_BYTES`` a value;
+    the memory it takes is at most that, about twice the file's size for a file of
+    short keys) and ``MAX_RECORDINGS`` recordings; where it stops before the end it says
+    in :attr:`Run.left_out` which lines, recordings and span of time it left out. A line
+    over ``MAX_LINE_BYTES`` bytes, or one that is neither a JSON object with a ``metrics``
+    object nor a ``run`` or ``end`` marker, is skipped and counted there too, as are the
+    values of keys past ``MAX_KEYS``. Junk never raises; a file that cannot be opened
+    does (``OSError``).
     """
     state = _Reading(Run())
+    run = state.run
     fast = _optional.fast_json_loads()
+    name = os.fspath(path)
+    number = 0
     with open(path, "rb") as file:
-        for _ in range(max_lines):
+        while max_lines is None or number < max_lines:
             raw = file.readline(MAX_LINE_BYTES + 1)
             if not raw:
                 break
+            number += 1
             if len(raw) > MAX_LINE_BYTES:  # too long: skip to the end of the line
+                state.long += 1
                 while raw and not raw.endswith(b"\n"):
                     raw = file.readline(MAX_LINE_BYTES)
                 continue
             _add_line(state, raw, fast)
-    state.run.pad()
-    return state.run
+            if state.full:
+                break
+        else:
+            raw = file.readline(MAX_LINE_BYTES + 1)
+            if raw:
+                number += 1
+        state.flush()
+        if raw and (state.full or max_lines is not None):
+            why = (
+                f"after {MAX_RECORDINGS:,} recordings (MAX_RECORDINGS)"
+                if len(run.recordings) >= MAX_RECORDINGS
+                else f"at max_lines={max_lines:,}"
+                if not state.full
+                else f"at its memory budget (MAX_MEMORY, {MAX_MEMORY / 2**30:.3g} GiB)"
+            )
+            lines, runs, first, last = _rest(file, raw, fast)
+            cut = len(run.recordings) if run.recordings and not raw.startswith(b'{"run":') else 0
+            what = []
+            if cut:
+                what.append(f"the rest of recording {cut}")
+            if runs:
+                what.append(f"{runs:,} more recording{'s' if runs != 1 else ''}")
+            said = " and ".join(what) + ": " if what else ""
+            span = (
+                f"samples from {_utc(first)} to {_utc(last)} UTC"
+                if first is not None
+                else "no samples"
+            )
+            run.left_out.append(
+                f"{name}: left out: lines {number:,} to {number + lines - 1:,} (the end), "
+                f"not read {why}: {said}{span}"
+            )
+    if state.long:
+        run.left_out.append(
+            f"{name}: {state.long:,} lines over {MAX_LINE_BYTES // 2**20} MiB "
+            "(MAX_LINE_BYTES) were skipped"
+        )
+    if state.junk:
+        run.left_out.append(
+            f"{name}: {state.junk:,} lines that are no run-file record (cut short, or not "
+            "JSON) were skipped"
+        )
+    if run.dropped_keys:
+        keys = sorted(run.dropped_keys)
+        shown = ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
+        run.left_out.append(
+            f"{name}: {len(keys):,} keys past {MAX_KEYS:,} distinct keys (MAX_KEYS) were left out "
+            f"({sum(run.dropped_keys.values()):,} values): {shown}"
+        )
+    run.pad()
+    return run
 
 
-def read_runs(paths: Sequence[PathLike], max_lines: int = MAX_LINES) -> Run:
+def read_runs(paths: Sequence[PathLike], max_lines: Optional[int] = None) -> Run:
     """Several run files, one per node of one run, as one :class:`Run` of several nodes.
 
     Each file is read with :func:`read_run` (``max_lines`` each) and its samples keep the

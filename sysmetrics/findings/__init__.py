@@ -81,7 +81,7 @@ from sysmetrics.findings.training import input_bound, slow_steps, stall
 # The run file's reader lives with its schema; its names stay importable from here.
 from sysmetrics.runfile import MAX_KEYS as MAX_KEYS
 from sysmetrics.runfile import MAX_LINE_BYTES as MAX_LINE_BYTES
-from sysmetrics.runfile import MAX_LINES as MAX_LINES
+from sysmetrics.runfile import MAX_MEMORY as MAX_MEMORY
 from sysmetrics.runfile import PathLike as PathLike
 from sysmetrics.runfile import Recording as Recording
 from sysmetrics.runfile import Run as Run

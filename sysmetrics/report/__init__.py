@@ -175,14 +175,19 @@ def report_command(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     output = args.output
     if output is None and args.png is None and not args.json:
         output = os.path.splitext(args.run[0])[0] + ".html"
+    left_out: list[str] = []
     try:
         if args.json:
-            text, written = json_report(args.run, output, args.png, args.x)
+            text, written = json_report(args.run, output, args.png, args.x, left_out)
         else:
-            written = write_report(args.run, output, args.png, args.x)
+            written = write_report(args.run, output, args.png, args.x, left_out)
     except (OSError, ValueError, ImportError) as exc:
+        for said in left_out:
+            print(f"{parser.prog}: {said}", file=sys.stderr)
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return 1
+    for said in left_out:  # before the paths: nothing is left out without a word
+        print(f"{parser.prog}: {said}", file=sys.stderr)
     if args.json:
         print(text)
     for path in written:  # with --json, stdout is the document alone

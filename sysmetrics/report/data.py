@@ -74,26 +74,70 @@ def _group_order(group: str) -> tuple[int, int, str]:
     return rank, int(number) if number.isdigit() else 0, group
 
 
-@dataclass(frozen=True)
 class Series:
     """One thing to summarise and draw: ``values`` in ``unit``, one per sample (NaN: none).
 
     For a counter ``values`` are its rates and ``total`` its increase over the run.
     ``weights`` (``step.*`` keys) is how much each sample counts in the mean (see
-    :func:`step_weights`); None: each sample once.
+    :func:`step_weights`); None: each sample once. A series with values in fewer than
+    half the samples (a key that came and went) keeps only those values and their
+    samples: ``values`` is made at each read, so a report of 10,000 such keys holds
+    what the run file holds, not keys x samples x 8 bytes.
     """
 
-    group: str
-    label: str
-    unit: str
-    values: np.ndarray[Any, Any]
-    total: Optional[float] = None  # a counter's increase over the run, in ``total_unit``
-    weights: Optional[np.ndarray[Any, Any]] = None
+    __slots__ = ("_index", "_n", "_values", "group", "label", "present", "total", "unit", "weights")
+
+    def __init__(
+        self,
+        group: str,
+        label: str,
+        unit: str,
+        values: np.ndarray[Any, Any],
+        total: Optional[float] = None,  # a counter's increase over the run, in ``total_unit``
+        weights: Optional[np.ndarray[Any, Any]] = None,
+    ) -> None:
+        import numpy as np
+
+        self.group, self.label, self.unit = group, label, unit
+        self.total, self.weights = total, weights
+        values = np.asarray(values, dtype=float)
+        has = ~np.isnan(values)
+        self._n = len(values)
+        self.present = int(np.count_nonzero(has))  # samples with a value
+        self._index: Optional[np.ndarray[Any, Any]] = None
+        if 2 * self.present >= len(values):
+            self._values = values
+        else:
+            self._index = np.flatnonzero(has)
+            self._values = values[has]
+
+    @property
+    def values(self) -> np.ndarray[Any, Any]:
+        """One value per sample, NaN where the sample has none."""
+        import numpy as np
+
+        if self._index is None:
+            return self._values
+        out = np.full(self._n, np.nan)
+        out[self._index] = self._values
+        return out
 
     @property
     def total_unit(self) -> str:
         """The unit of ``total``: the rate's unit times seconds (W: J)."""
         return "J" if self.unit == "W" else self.unit.removesuffix("/s")
+
+    def known(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """The values present, and the samples they are at (no NaN)."""
+        import numpy as np
+
+        if self._index is not None:
+            return self._values, self._index
+        at = np.flatnonzero(~np.isnan(self._values))
+        return self._values[at], at
+
+    def __repr__(self) -> str:
+        return f"Series({self.group!r}, {self.label!r}, {self.unit!r}, {self._n} samples)"
 
 
 def _display(key: str, values: np.ndarray[Any, Any]) -> tuple[str, float, bool]:
@@ -304,10 +348,11 @@ def summary(all_series: Sequence[Series]) -> list[Row]:
     """
     import numpy as np
 
-    rows = []
+    rows: list[Row] = []
     for s in all_series:
-        has = ~np.isnan(s.values)
-        known = s.values[has]
+        if len(rows) == MAX_ROWS:
+            break
+        known, has = s.known()
         if known.size:
             p95 = float(np.percentile(known, 95))
             total = "" if s.total is None else f"{_number(s.total)} {s.total_unit}"

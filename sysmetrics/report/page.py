@@ -19,6 +19,7 @@ from typing import Optional
 
 from sysmetrics.findings import NO_MATCH, Finding, findings
 from sysmetrics.report.data import (
+    MAX_ROWS,
     MAX_STALLS_SAID,
     Series,
     Stall,
@@ -204,13 +205,24 @@ def _section(
     parts.append(_findings_html(findings(run) if found is None else found, start))
     parts.append(f"<h{h}>Summary</h{h}><table><tr><th>group</th><th>key</th><th>unit</th>")
     parts.append("<th>mean</th><th>p95</th><th>peak</th><th>total</th></tr>")
-    for row in summary(series(run) if all_series is None else all_series):
+    shown = series(run) if all_series is None else all_series
+    rows = summary(shown)
+    for row in rows:
         label = _cut(row.label, MAX_KEY_CHARS)
         cells = (row.group, label, row.unit, *map(_number, (row.mean, row.p95, row.peak)))
         parts.append(
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (*cells, row.total)) + "</tr>"
         )
-    parts.append(f"</table><h{h}>Figures</h{h}>")
+    parts.append("</table>")
+    unlisted = [s.label for s in shown if s.present][len(rows) :]
+    if unlisted:  # the table's bound, said
+        low, high = _cut(unlisted[0], MAX_KEY_CHARS), _cut(unlisted[-1], MAX_KEY_CHARS)
+        note = (
+            f"{len(unlisted)} more keys are not in the table (at most {MAX_ROWS} rows, "
+            f"MAX_ROWS): {low} to {high}."
+        )
+        parts.append(f"<p><small>{html.escape(note)}</small></p>")
+    parts.append(f"<h{h}>Figures</h{h}>")
     said = []
     if ax.left_out:
         said.append(f"The {ax.left_out} samples before the first step are not drawn.")
@@ -260,6 +272,9 @@ def render(
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
     ]
+    if run.left_out:  # what the reader left out, said first
+        items = "".join(f"<li>{html.escape(_capital(said))}.</li>" for said in run.left_out)
+        parts.append(f'<ul class="left-out">{items}</ul>')
     nodes = run.by_node()
     if len(nodes) == 1:
         parts += _section(run, pngs, all_series, 2, x, own.get(nodes[0][0]))
@@ -293,9 +308,14 @@ Found = tuple[list[Finding], dict[Optional[int], list[Finding]]]  # run_findings
 
 
 def _read(
-    path: PathLike | Sequence[PathLike], output: Optional[PathLike]
+    path: PathLike | Sequence[PathLike],
+    output: Optional[PathLike],
+    left_out: Optional[list[str]] = None,
 ) -> tuple[list[str], Run, list[Series], Found]:
-    """The run files' paths, run, series and findings; see :func:`write_report` for errors."""
+    """The run files' paths, run, series and findings; see :func:`write_report` for errors.
+
+    ``left_out`` gets what the reader left out, in sentences (``Run.left_out``).
+    """
     given = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     paths = [str(os.fspath(p)) for p in given]
     named = ", ".join(paths)
@@ -307,10 +327,12 @@ def _read(
             if os.path.realpath(output) == os.path.realpath(p):
                 raise ValueError(f"{os.fspath(output)} is the run file: give another -o")
     run = read_runs(paths)
+    if left_out is not None:
+        left_out += run.left_out
     if len(run) == 0:
         raise ValueError(f"{named} has no samples (no line is a run-file record)")
     all_series = series(run)
-    if not summary(all_series):
+    if not any(s.present for s in all_series):
         raise ValueError(f"{named} has no metric values (no finite number)")
     return paths, run, all_series, run_findings(run)
 
@@ -354,8 +376,13 @@ def write_report(
     output: Optional[PathLike] = None,
     png_dir: Optional[PathLike] = None,
     x: str = "step",
+    left_out: Optional[list[str]] = None,
 ) -> list[str]:
     """Read the run file(s) at ``path``; write the page to ``output``, figures to ``png_dir``.
+
+    What the reader left out of the files (``Run.left_out``: past its memory budget,
+    lines skipped, keys dropped) is said at the top of the page and appended to
+    ``left_out`` where given (``sysmetrics report`` prints it on stderr).
 
     ``path`` is one run file, or several: one per node of one run (see
     :func:`~sysmetrics.runfile.read_runs`). ``x`` is the figures' axis (``"step"``: the
@@ -366,7 +393,7 @@ def write_report(
     is missing.
     """
     axis(Run(), x)  # a bad x fails first
-    return _write(*_read(path, output), output, png_dir, x)
+    return _write(*_read(path, output, left_out), output, png_dir, x)
 
 
 def json_report(
@@ -374,6 +401,7 @@ def json_report(
     output: Optional[PathLike] = None,
     png_dir: Optional[PathLike] = None,
     x: str = "step",
+    left_out: Optional[list[str]] = None,
 ) -> tuple[str, list[str]]:
     """The JSON document (:mod:`sysmetrics.report.document`) of the run file(s) at ``path``.
 
@@ -382,6 +410,6 @@ def json_report(
     it draws).
     """
     axis(Run(), x)
-    paths, run, all_series, found = _read(path, output)
+    paths, run, all_series, found = _read(path, output, left_out)
     text = json.dumps(document(run, paths, found, x), indent=1, allow_nan=False)
     return text, _write(paths, run, all_series, found, output, png_dir, x)

@@ -6,10 +6,13 @@ The lines (a ``run`` marker, the samples, an ``end`` marker) are declared in
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import errno
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 import warnings
@@ -31,6 +34,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 BUFFER = 1000  # samples kept for a writer that fell behind (the oldest are dropped)
 CLOSE_WAIT = 1.0  # seconds close() waits for the writer to drain
 LINK_CHECK = 10.0  # seconds between two checks that the run file still has a name
+RETRY = 1.0  # seconds between two tries to write a run file on a full disk
+FULL = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk (or quota): space may return
 
 
 def line(sample: Sample, node: Optional[int] = None) -> bytes:
@@ -60,13 +65,19 @@ class JsonlSink:
     sample from the next one on (make the sink before ``monitor.start()`` for its first
     sample); the sink's daemon thread writes the ``run`` line, then what the reader holds,
     with one ``write()`` per line on a file opened for appending, so a process killed
-    with SIGKILL loses at most the line being written (and has no ``end`` line). The
-    sampling thread never waits on the file: a writer that falls behind (a stalled disk)
-    loses the oldest samples beyond ``buffer``, counted in :attr:`dropped`. A write that
-    fails (disk full, the file removed from a network mount) stops the sink with one
-    :class:`SystemMetricsWarning`, and so does a run file that was deleted (its link
-    count, checked every ``LINK_CHECK`` s, fell to 0: its directory was removed, say);
-    the monitor and training go on. The monitor is not started or stopped by the sink.
+    with SIGKILL loses at most the line being written (and has no ``end`` line). A line
+    is written whole or not at all (:meth:`_put`: a short write is finished, one that
+    fails part way is truncated back), and a file that ends in half a line gets a
+    newline first. The sampling thread never waits on the file: a writer that falls
+    behind (a stalled disk) loses the oldest samples beyond ``buffer``, counted in
+    :attr:`dropped`. A full disk (``ENOSPC``, ``EDQUOT``) costs one
+    :class:`SystemMetricsWarning`: the samples wait (``buffer`` in the reader and as many
+    taken out, the oldest dropped and counted) and the writer tries again every
+    ``RETRY`` s. Any other write error (EIO, the file removed from a network mount)
+    stops the sink with one :class:`SystemMetricsWarning`, and so does a run file that
+    was deleted (its link count, checked every ``LINK_CHECK`` s, fell to 0: its
+    directory was removed, say); the monitor and training go on. The monitor is not
+    started or stopped by the sink.
 
     Args:
         monitor: the monitor whose samples to write.
@@ -137,33 +148,109 @@ class JsonlSink:
             os.close(self._fd)
             raise
         self.lines = 0  # lines written
+        self._buffer = buffer
+        self._lost = 0  # samples dropped while the disk was full
+        self._warned = False  # the full disk was said
+        self._fragment = False  # the file ends in a fragment: the next line starts anew
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._write, name="sysmetrics-jsonl", daemon=True)
         self._thread.start()
 
     @property
     def dropped(self) -> int:
-        """Samples lost because the writer fell more than ``buffer`` samples behind."""
-        return self._reader.dropped
+        """Samples lost because the writer fell more than ``buffer`` samples behind.
+
+        Behind a stalled disk (the reader's buffer) or a full one (the writer's).
+        """
+        return self._reader.dropped + self._lost
+
+    def _put(self, data: bytes) -> None:
+        """Write ``data`` (whole lines) whole or not at all; raises the write's ``OSError``.
+
+        A short write is followed by the rest. A write that fails part way (a full disk)
+        truncates the file back to where ``data`` began, so it ends at a line boundary;
+        where even that fails, the next line written starts with a newline of its own.
+        """
+        fd = self._fd
+        if self._fragment:
+            data = b"\n" + data
+        view = memoryview(data)
+        done = 0
+        try:
+            while done < len(data):
+                n = os.write(fd, view[done:])
+                if n <= 0:  # nothing written and no error: call it a full disk
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                done += n
+        except OSError:
+            if done:
+                try:  # O_APPEND: the offset is the end of what this write wrote
+                    os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - done)
+                except OSError:  # a pipe, or the file is gone
+                    self._fragment = True
+            raise
+        self._fragment = False
+
+    def _full(self, exc: OSError) -> None:
+        """Say once that the disk is full; the samples wait in the buffer."""
+        if self._warned:
+            return
+        self._warned = True
+        warnings.warn(
+            f"sysmetrics: the run file {self.path!r} could not be written (the disk is "
+            "full), training goes on; its samples wait (the oldest are dropped and "
+            f"counted) and it is written again when there is space: {type(exc).__name__}: "
+            f"{quote(str(exc))}",
+            SystemMetricsWarning,
+            stacklevel=1,
+        )
 
     def _write(self) -> None:
         reader, closing, fd = self._reader, self._closing, self._fd
         node = self._node if self._multi_node else None
+        pending: collections.deque[bytes] = collections.deque()  # lines not yet written
+        head = [self._run]  # the run line: written first, never dropped
         try:
-            os.write(fd, self._run)
+            self._fragment = self._ends_mid_line()
             checked = time.monotonic()
+            stuck = False  # the last write found the disk full
             while True:
-                reader.wait(0.5)
+                if stuck:  # try again in RETRY s, or at close
+                    closing.wait(RETRY)
+                else:
+                    reader.wait(0.5)
                 done = closing.is_set()  # taken before the last drain
                 for sample in reader.samples():
-                    os.write(fd, line(sample, node))
-                    self.lines += 1
-                if done:
-                    seconds = round(time.monotonic() - self._started, 3)
-                    end = {"seconds": seconds, "node": self._node, "samples": self.lines}
-                    end.update(dropped=reader.dropped, **self._end)
-                    os.write(fd, runfile.end_line(**end))
-                    return
+                    if len(pending) == self._buffer:
+                        pending.popleft()
+                        self._lost += 1
+                    pending.append(line(sample, node))
+                try:
+                    while head:
+                        self._put(head[0])
+                        head.pop()
+                    while pending:
+                        self._put(pending[0])
+                        pending.popleft()
+                        self.lines += 1
+                    if stuck:
+                        log.info("sysmetrics: the run file %r is written again", self.path)
+                    stuck = False
+                    if done:
+                        seconds = round(time.monotonic() - self._started, 3)
+                        end = {"seconds": seconds, "node": self._node, "samples": self.lines}
+                        end.update(dropped=self.dropped, **self._end)
+                        self._put(runfile.end_line(**end))
+                        return
+                except OSError as exc:
+                    if exc.errno not in FULL:
+                        raise
+                    self._full(exc)
+                    stuck = True
+                    if done:  # closing on a full disk: the lines written stay, whole
+                        reader.close()
+                        return
+                    continue
                 if time.monotonic() - checked >= LINK_CHECK:
                     checked = time.monotonic()
                     if os.fstat(fd).st_nlink == 0:
@@ -186,6 +273,18 @@ class JsonlSink:
         finally:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
+
+    def _ends_mid_line(self) -> bool:
+        """Whether the file (appended to) ends in a fragment: its last byte is no newline."""
+        st = os.fstat(self._fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            return False
+        try:  # the descriptor is write-only (a FIFO must stay so): read it by name
+            with open(self.path, "rb") as f:
+                f.seek(st.st_size - 1)
+                return f.read(1) != b"\n"
+        except OSError:  # unreadable: a newline first costs an empty line at most
+            return True
 
     def close(self, timeout: float = CLOSE_WAIT, end: Optional[Mapping[str, Any]] = None) -> None:
         """Write what the reader holds, the ``end`` line, and close the file; idempotent.
