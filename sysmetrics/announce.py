@@ -333,9 +333,14 @@ class _Throttle:
     def __init__(self, stop: threading.Event) -> None:
         self._stop = stop
         self._events = 0
-        self._since = time.thread_time()
+        self._since = 0.0  # the thread's CPU clock at the slice's start (set by install)
         self.deadline = math.inf
         self.slept = 0.0  # s, in all
+
+    def install(self) -> None:
+        """Become the calling thread's profile function (that thread's only)."""
+        self._since = time.thread_time()
+        sys.setprofile(self)
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
         self._events += 1
@@ -395,6 +400,7 @@ class LiveFindings:
         self._lock = threading.Lock()  # one evaluation at a time (the thread, close())
         self._failed = False
         self._refused_told = False
+        self._throttle = _Throttle(self._stop)  # the thread's (see the module's "Cost")
         self._next = time.monotonic() + (LIVE_FIRST if first is None else first)
         self._thread = threading.Thread(target=self._loop, name="sysmetrics-findings", daemon=True)
 
@@ -424,8 +430,8 @@ class LiveFindings:
 
     def _loop(self) -> None:
         _lowest_priority()
-        throttle = _Throttle(self._stop)
-        sys.setprofile(throttle)  # this thread's only
+        throttle = self._throttle
+        throttle.install()
         try:
             while not self._stop.is_set():
                 self._reader.wait(1.0)
@@ -477,7 +483,7 @@ class LiveFindings:
                     self._say(PREFIX + f.sentence[: MAX_LINE - len(PREFIX)])
             except _OverBudget:
                 self._failed = True
-                sys.setprofile(throttle)  # raising unset it
+                throttle.install()  # raising unset it
                 warnings.warn(
                     "sysmetrics: an evaluation of the live findings took more than "
                     f"{LIVE_BUDGET:g} s of CPU time; they are off for this run",

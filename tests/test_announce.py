@@ -359,3 +359,70 @@ def test_a_gpu_busy_only_later_is_seen_busy_at_close() -> None:
         live.close()
     stalls = [line for line in lines if "step stayed at 40" in line]
     assert len(stalls) == 1 and "its GPUs 90 %" in stalls[0], lines
+
+
+def busy(cpu_seconds: float) -> None:
+    """Python work (calls: profile events) for ``cpu_seconds`` of this thread's CPU."""
+    end = time.thread_time() + cpu_seconds
+    while time.thread_time() < end:
+        sum(abs(x) for x in range(50))
+
+
+def test_the_thread_runs_at_the_lowest_priority() -> None:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("a thread's own nice value is Linux's")
+    with SystemMonitor(interval=0.05, collectors=[Script({"cpu": 1.0})]) as m:
+        live = LiveFindings(m, lambda line: None).start()
+        wait_for(lambda: live._thread.native_id is not None)
+        time.sleep(0.1)
+        tid = live._thread.native_id
+        stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        nice = int(stat.rsplit(")", 1)[1].split()[16])  # field 19 of the line
+        live.close()
+    assert nice == 19
+    mine = Path(f"/proc/self/task/{threading.get_native_id()}/stat").read_text()
+    assert int(mine.rsplit(")", 1)[1].split()[16]) != 19  # the training thread's is untouched
+
+
+def test_an_evaluation_runs_at_most_its_duty_and_close_ends_it_quickly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between slices of ``LIVE_SLICE`` s of CPU the thread sleeps (1 / LIVE_DUTY - 1)
+    times as long; once closed it sleeps no more, so the last evaluation is not lost."""
+    calls: list[str] = []
+
+    def slow(run: object) -> list[findings.Finding]:
+        calls.append(threading.current_thread().name)
+        busy(0.2 if len(calls) == 1 else 0.01)
+        return []
+
+    monkeypatch.setattr(findings, "findings", slow)
+    with SystemMonitor(interval=0.02, collectors=[Script({"cpu": 1.0})]) as m:
+        live = LiveFindings(m, lambda line: None, every=60.0, first=0.0).start()
+        wait_for(lambda: live._throttle.slept > 0.3)  # mid-evaluation: it slept already
+        slept, cpu = live._throttle.slept, 0.2
+        live.close()
+    assert calls == ["sysmetrics-findings", "MainThread"]  # the last one, in close()
+    assert live._throttle.slept < cpu * (1 / announce.LIVE_DUTY)  # no sleep once closed
+    assert slept > 0.3
+
+
+def test_an_evaluation_over_its_budget_stops_the_announcing_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    def endless(run: object) -> list[findings.Finding]:
+        calls.append(threading.current_thread().name)
+        busy(5.0)  # the budget stops it long before
+        return []
+
+    monkeypatch.setattr(findings, "findings", endless)
+    monkeypatch.setattr(announce, "LIVE_BUDGET", 0.02)
+    monkeypatch.setattr(announce, "LIVE_DUTY", 0.5)
+    with SystemMonitor(interval=0.02, collectors=[Script({"cpu": 1.0})]) as m:
+        live = LiveFindings(m, lambda line: None, every=0.02, first=0.0).start()
+        with pytest.warns(SystemMetricsWarning, match="took more than 0.02 s of CPU") as told:
+            wait_for(lambda: live._failed)
+            live.close()
+    assert len(told) == 1 and calls == ["sysmetrics-findings"]
