@@ -483,7 +483,8 @@ class LiveFindings:
                     self._say(PREFIX + f.sentence[: MAX_LINE - len(PREFIX)])
             except _OverBudget:
                 self._failed = True
-                throttle.install()  # raising unset it
+                if throttle is not None:  # only its deadline raises this
+                    throttle.install()  # raising unset it
                 warnings.warn(
                     "sysmetrics: an evaluation of the live findings took more than "
                     f"{LIVE_BUDGET:g} s of CPU time; they are off for this run",
