@@ -28,17 +28,21 @@ day at 1 s of 60 keys is about 6,700 rows, 3 MiB. A rule that counts samples cou
 folded row once.
 
 Cost. The thread runs at the lowest priority (nice 19, on Linux, where a thread can have
-its own), and while it works (taking samples, folding, evaluating) it holds the
-interpreter for at most ``LIVE_SLICE`` s at a time and then sleeps, so that it runs at
-most ``LIVE_DUTY`` of the wall time: a training loop on the main thread keeps about
-98 % of its step rate while an evaluation runs (``benchmarks/live_findings.py``). It
-does so through a profile function of its own thread (``sys.setprofile`` there only;
-the process's switch interval and other threads are untouched); once :meth:`close` is
-called it stops sleeping so the last evaluation ends quickly. An evaluation that takes
-more than ``LIVE_BUDGET`` s of the thread's CPU time is stopped, and the announcing with
-it, with one :class:`~sysmetrics.SystemMetricsWarning`. Any error in the rules or in
-``say`` stops the announcing with one :class:`~sysmetrics.SystemMetricsWarning`;
-training never sees it.
+its own), and while it works (taking samples, folding, evaluating) it runs about
+``LIVE_SLICE`` s of its CPU time at a time (one C call, a ``sorted``, may run longer)
+and then sleeps, so that it runs at most ``LIVE_DUTY`` of the wall time: a training loop
+on the main thread kept 0.98 of its step rate while evaluations ran, 0.45 beside the
+same evaluations unthrottled (``benchmarks/live_findings.py``, ``docs/performance.md``).
+It does so through a profile function of its own thread (``sys.setprofile`` there only;
+the process's switch interval and the other threads are untouched), which makes an
+evaluation cost about 5x its CPU time (a 24 h store of 60 keys: about 1.2 s, over about
+a minute); with ``LIVE_COST_RATIO`` that is at most about 2 % of one core on average.
+Once :meth:`close` is called the function removes itself, so an evaluation under way
+ends at full speed. An evaluation that takes more than ``LIVE_BUDGET`` s of the thread's
+CPU time is stopped, and the announcing with it, with one
+:class:`~sysmetrics.SystemMetricsWarning`. Any error in the rules or in ``say`` stops
+the announcing with one :class:`~sysmetrics.SystemMetricsWarning`; training never sees
+it.
 """
 
 from __future__ import annotations
@@ -326,8 +330,9 @@ class _Throttle:
     """The findings thread's profile function: it sleeps the thread (see the module's "Cost").
 
     After every ``LIVE_SLICE`` s of the thread's CPU time it sleeps so that the thread
-    runs ``LIVE_DUTY`` of the wall time at most (not once ``stop`` is set), and raises
-    :class:`_OverBudget` past ``deadline`` (the thread's CPU clock, s; infinite: none).
+    runs ``LIVE_DUTY`` of the wall time at most, and raises :class:`_OverBudget` past
+    ``deadline`` (the thread's CPU clock, s; infinite: none). Once ``stop`` is set it
+    removes itself (the profile function costs the evaluation about 5x its CPU).
     """
 
     def __init__(self, stop: threading.Event) -> None:
@@ -353,10 +358,12 @@ class _Throttle:
         if now > self.deadline:
             self.deadline = math.inf
             raise _OverBudget
-        if not self._stop.is_set():
-            pause = min(_MAX_SLEEP, ran * (1.0 / LIVE_DUTY - 1.0))
-            time.sleep(pause)
-            self.slept += pause
+        if self._stop.is_set():  # closing: the rest at full speed, without this function
+            sys.setprofile(None)
+            return
+        pause = min(_MAX_SLEEP, ran * (1.0 / LIVE_DUTY - 1.0))
+        time.sleep(pause)
+        self.slept += pause
         self._since = time.thread_time()
 
 
