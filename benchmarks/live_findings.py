@@ -219,8 +219,7 @@ class Evaluating:
         throttle = None
         if self.throttled:  # as the findings thread does
             announce._lowest_priority()
-            throttle = announce._Throttle(self.stop)
-            throttle.install()
+            throttle = announce._Throttle(self.stop)  # _evaluate installs it
         try:
             while not self.stop.is_set():
                 self.live._evaluate(throttle)
