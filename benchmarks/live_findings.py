@@ -17,8 +17,11 @@ b. Step rate. A small CPU-bound Python loop (a training-like step) runs on the m
    thread in rounds of ``--seconds``, alternating: no evaluation; the findings thread
    (nice 19, its throttle) evaluating a 24 h store of 60 keys back to back; the same
    evaluations on a plain thread without the throttle (what the old code did). Printed:
-   steps/s of each (the median over the rounds), the ratio to "none", the evaluating
-   thread's CPU share of the round's wall time, and the evaluations it finished.
+   steps/s of each (the median over the rounds), the ratio to "none", the least and
+   largest of each round's ratio to its "none" (the noise), the share of the wall time
+   the loop was blocked (waiting for the interpreter's lock, from schedstat: what
+   other processes on a shared machine do not change), the evaluating thread's CPU
+   share of the round's wall time, and the evaluations it finished.
 """
 
 from __future__ import annotations
@@ -203,9 +206,10 @@ def step() -> None:
 class Evaluating:
     """Evaluates a 24 h store back to back on a thread of its own, throttled or not."""
 
-    def __init__(self, live: Any, throttled: bool) -> None:
+    def __init__(self, live: Any, throttled: bool, nice: bool) -> None:
         self.live = live
         self.throttled = throttled
+        self.nice = nice
         self.stop = threading.Event()
         self.evaluations = 0
         self.thread = threading.Thread(target=self._run, name="evaluating", daemon=True)
@@ -218,7 +222,8 @@ class Evaluating:
     def _run(self) -> None:
         throttle = None
         if self.throttled:  # as the findings thread does
-            announce._lowest_priority()
+            if self.nice:
+                announce._lowest_priority()
             throttle = announce._Throttle(self.stop)  # _evaluate installs it
         try:
             while not self.stop.is_set():
@@ -229,14 +234,33 @@ class Evaluating:
             sys.setprofile(None)
 
 
-def steps_per_second(seconds: float) -> float:
+def schedstat() -> tuple[float, float]:
+    """The calling thread's CPU s and s waiting on a run queue (Linux; elsewhere 0)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            cpu, queued = f.read().split()[:2]
+        return int(cpu) / 1e9, int(queued) / 1e9
+    except OSError:
+        return time.thread_time(), 0.0
+
+
+def steps_per_second(seconds: float) -> tuple[float, float]:
+    """Steps/s of the loop, and the share of the wall time the loop was blocked.
+
+    Blocked: neither running nor waiting for a CPU (the wall time less the thread's CPU
+    time and its run-queue wait, from schedstat): waiting for the interpreter's lock,
+    which the other processes of a shared machine do not cause.
+    """
     end = time.perf_counter() + seconds
     n = 0
+    cpu0, queued0 = schedstat()
     began = time.perf_counter()
     while time.perf_counter() < end:
         step()
         n += 1
-    return n / (time.perf_counter() - began)
+    wall = time.perf_counter() - began
+    cpu1, queued1 = schedstat()
+    return n / wall, max(0.0, wall - (cpu1 - cpu0) - (queued1 - queued0)) / wall
 
 
 def rate(seconds: int, rounds: int) -> None:
@@ -245,20 +269,25 @@ def rate(seconds: int, rounds: int) -> None:
     print(f"b. Step rate: a ~100 µs Python step on the main thread, {seconds} s rounds, "
           f"beside evaluations of a 24 h store ({live._store.rows} rows, "
           f"{len(live._store.columns)} keys)")  # fmt: skip
-    modes = ("none", "throttled (nice 19, LIVE_DUTY)", "plain thread (old)")
+    modes = ("none", "throttled (LIVE_DUTY)", "throttled + nice 19", "plain thread (old)")
     rates: dict[str, list[float]] = {m: [] for m in modes}
     shares: dict[str, list[float]] = {m: [] for m in modes}
+    blocked: dict[str, list[float]] = {m: [] for m in modes}
     evaluations: dict[str, int] = dict.fromkeys(modes, 0)
     for r in range(rounds):
-        for mode in modes[r % 3 :] + modes[: r % 3]:  # the order rotates each round
-            evaluating = None if mode == "none" else Evaluating(live, mode.startswith("thr"))
+        for mode in modes[r % 4 :] + modes[: r % 4]:  # the order rotates each round
+            evaluating = (
+                None if mode == "none" else Evaluating(live, mode.startswith("thr"), "nice" in mode)
+            )
             cpu = 0.0
             if evaluating is not None:
                 evaluating.thread.start()
                 time.sleep(0.2)  # it is evaluating
                 cpu = evaluating.cpu()
             began = time.perf_counter()
-            rates[mode].append(steps_per_second(seconds))
+            steps, held = steps_per_second(seconds)
+            rates[mode].append(steps)
+            blocked[mode].append(held)
             wall = time.perf_counter() - began
             if evaluating is not None:
                 shares[mode].append((evaluating.cpu() - cpu) / wall)
@@ -266,14 +295,16 @@ def rate(seconds: int, rounds: int) -> None:
                 evaluating.thread.join()
                 evaluations[mode] += evaluating.evaluations
     base = statistics.median(rates["none"])
-    print(
-        "   mode                               steps/s   ratio  eval thread CPU share  evaluations"
-    )
+    print("   mode                           steps/s   ratio  rounds' ratios  loop blocked  "
+          "eval CPU share  evaluations")  # fmt: skip
     for mode in modes:
         median = statistics.median(rates[mode])
         share = statistics.median(shares[mode]) if shares[mode] else 0.0
-        print(f"   {mode:<33} {median:9.0f}  {median / base:6.3f}  {share:20.1%}  "
-              f"{evaluations[mode]:11d}")  # fmt: skip
+        ratios = [r / n for r, n in zip(rates[mode], rates["none"])]
+        spread = f"{min(ratios):.2f} .. {max(ratios):.2f}"
+        held = statistics.median(blocked[mode])
+        print(f"   {mode:<29} {median:9.0f}  {median / base:6.3f}  {spread:>14}  {held:12.1%}  "
+              f"{share:14.1%}  {evaluations[mode]:11d}")  # fmt: skip
 
 
 def main() -> None:
