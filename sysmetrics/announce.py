@@ -31,8 +31,9 @@ Cost. The thread runs at the lowest priority (nice 19, on Linux, where a thread 
 its own), and while it folds or evaluates (not while it adds samples) it runs about
 ``LIVE_SLICE`` s of its CPU time at a time (one C call, a ``sorted``, may run longer)
 and then sleeps, so that it runs at most ``LIVE_DUTY`` of the wall time: a training loop
-on the main thread kept 0.98 of its step rate while evaluations ran, 0.45 beside the
-same evaluations unthrottled (``benchmarks/live_findings.py``, ``docs/performance.md``).
+on the main thread was blocked on the interpreter's lock 0.5-1.6 % of the time while
+evaluations ran, 30 % beside the same evaluations unthrottled (which cut its step rate
+to 0.46; ``benchmarks/live_findings.py``, ``docs/performance.md``).
 It does so through a profile function of its own thread (``sys.setprofile`` there only;
 the process's switch interval and the other threads are untouched), which makes an
 evaluation cost about 5x its CPU time (a 24 h store of 60 keys: about 1.2 s, over about
