@@ -355,16 +355,18 @@ class _Throttle:
         self._since = 0.0  # the thread's CPU clock at the slice's start (set by install)
         self.deadline = math.inf
         self.slept = 0.0  # s, in all
+        self._previous: Optional[Callable[..., Any]] = None  # the thread's, before install
 
     def install(self) -> None:
         """Become the calling thread's profile function (that thread's only)."""
         self._since = time.thread_time()
+        previous = sys.getprofile()
+        self._previous = None if previous is self else previous
         sys.setprofile(self)
 
-    @staticmethod
-    def remove() -> None:
-        """Leave the calling thread without a profile function (as it was)."""
-        sys.setprofile(None)
+    def remove(self) -> None:
+        """Give the calling thread back the profile function it had (a user's, or none)."""
+        sys.setprofile(self._previous)
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
         self._events += 1
@@ -378,7 +380,7 @@ class _Throttle:
             self.deadline = math.inf
             raise _OverBudget
         if self._stop.is_set():  # closing: the rest at full speed, without this function
-            sys.setprofile(None)
+            self.remove()
             return
         pause = min(_MAX_SLEEP, ran * (1.0 / LIVE_DUTY - 1.0))
         time.sleep(pause)
