@@ -6,16 +6,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+import tracemalloc
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
-from sysmetrics import findings
-from sysmetrics.announce import LiveFindings, identity
+from sysmetrics import announce, findings
+from sysmetrics.announce import LIVE_MAX_KEYS, LIVE_MAX_VALUES, LiveFindings, identity
 from sysmetrics.collectors.base import BaseCollector
 from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
+from sysmetrics.reader import Sample
 
 
 class Script(BaseCollector):
@@ -179,3 +183,246 @@ def test_a_real_lightning_run_with_a_slow_dataset_is_told_input_bound_once(
     assert len(input_bound) == 1, told
     assert console.index(input_bound[0]) < ended, "said after training, not during it"
     assert len(told) == len(set(told))
+
+
+# -- the store: bounded in memory, folded, a fresh run at each evaluation -----------------
+
+
+class FedReader:
+    """A reader the test feeds: ``samples()`` hands out what was fed since the last call."""
+
+    def __init__(self) -> None:
+        self.fed: list[Sample] = []
+
+    def feed(self, samples: Iterable[Sample]) -> None:
+        self.fed.extend(samples)
+
+    def samples(self) -> list[Sample]:
+        out, self.fed = self.fed, []
+        return out
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        time.sleep(min(timeout or 0.0, 0.01))
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def fed(lines: list[str]) -> tuple[LiveFindings, FedReader]:
+    """A LiveFindings (its thread not started) reading a reader the test feeds."""
+    with SystemMonitor(interval=1.0, collectors=[Script({})]) as m:
+        live = LiveFindings(m, lines.append, every=0.0, first=0.0)
+    reader = FedReader()
+    live._reader.close()
+    live._reader = reader  # type: ignore[assignment]
+    return live, reader
+
+
+def day(keys: int, samples: int, churn: bool = False) -> Iterator[list[Sample]]:
+    """``samples`` samples at 1 s of ``keys`` keys (a counter among them), in batches of 600."""
+    names = [f"proc.cpu.{k}" for k in range(keys - 2)]
+    floats = [float(v) for v in range(97)]  # made once: tracemalloc counts the store's bytes
+    batch: list[Sample] = []
+    for j in range(samples):
+        values = {name: floats[(j + k) % 97] for k, name in enumerate(names)}
+        values["cpu"] = floats[50 + j % 7]
+        values["disk.in"] = 3.0 * j  # a counter, MiB
+        if churn:  # one label value changes each sample: a new key each time
+            values[f"openmetrics.exporter.requests.{j}"] = 1.0
+        batch.append(Sample(1.7e9 + j, 100.0 + j, j // 2, values))
+        if len(batch) == 600:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def kept_bytes(keys: int, samples: int, churn: bool = False) -> tuple[int, LiveFindings]:
+    """The bytes a LiveFindings keeps after reading ``samples`` samples (tracemalloc)."""
+    live, reader = fed([])
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for batch in day(keys, samples, churn):
+            reader.feed(batch)
+            del batch
+            live._take()
+        return tracemalloc.get_traced_memory()[0] - before, live
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_samples_are_kept_in_a_few_mib() -> None:
+    """12,000 samples of 60 keys: the old store kept them as dicts and a run (52.7 MiB)."""
+    used, live = kept_bytes(60, 12_000)
+    assert used < 8 * 2**20, f"{used / 2**20:.1f} MiB kept"
+    assert live._store.samples == 12_000 and live._store.rows < 12_000  # folded
+
+
+def test_a_day_of_samples_stays_within_the_bounds() -> None:
+    """A day at 1 s of 60 keys: every sample is in the store, older ones folded."""
+    live, reader = fed([])
+    for batch in day(60, 86_400):
+        reader.feed(batch)
+        live._take()
+    store = live._store
+    assert store.samples == 86_400 and sum(store.weight) == 86_400
+    assert store.rows * len(store.columns) <= LIVE_MAX_VALUES
+    assert store.nbytes() < 4 * 2**20, f"{store.nbytes() / 2**20:.1f} MiB"
+    assert list(store.time) == sorted(store.time) and store.time[-1] == 1.7e9 + 86_399
+    assert store.weight[-1] == 1.0  # the latest samples at full resolution
+
+
+def test_a_churning_key_stays_bounded() -> None:
+    """One label value changes each sample: the keys kept stay bounded, and the bytes."""
+    used, live = kept_bytes(20, 4_000, churn=True)
+    assert used < 8 * 2**20, f"{used / 2**20:.1f} MiB kept"
+    assert len(live._store.columns) <= LIVE_MAX_KEYS
+
+
+def test_keys_beyond_the_bound_are_not_kept_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(announce, "LIVE_MAX_KEYS", 10)
+    live, reader = fed([])
+    many = {f"gpu.{i}.gpu": 1.0 for i in range(30)}
+    reader.feed(Sample(1.7e9 + j, float(j), j, many) for j in range(10))
+    with pytest.warns(SystemMetricsWarning, match="at most 10 distinct keys") as told:
+        live._take()
+        reader.feed([Sample(2e9, 20.0, 20, {"gpu.99.gpu": 1.0})])
+        live._take()
+    assert len(told) == 1
+    assert len(live._store.columns) == 10
+
+
+def test_a_rate_finding_fires_on_a_folded_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """disk-bound reads disk.in's rate: folding keeps a counter's last value, so its rate."""
+    monkeypatch.setattr(announce, "LIVE_MAX_VALUES", 4_000)
+    lines: list[str] = []
+    live, reader = fed(lines)
+    samples = [
+        Sample(1.7e9 + j, 100.0 + j, None,
+               {"disk.in": 200.0 * j, "gpu.0.gpu": 5.0 + j % 3, "gpu.process.0.gpu": 1.0,
+                "cpu": 20.0, "gpu.0.memoryAllocated.max": 10.0 + (j == 7) * 89.0})
+        for j in range(5_000)
+    ]  # fmt: skip
+    reader.feed(samples)
+    live._take()
+    store = live._store
+    assert store.samples == 5_000 and store.rows < 1_000  # folded, several times over
+    assert max(store.weight) > 2
+    assert max(store.columns["gpu.0.memoryAllocated.max"].values) == 99.0  # peaks kept
+    live.close()
+    disk = [line for line in lines if "read from disk at" in line]
+    assert len(disk) == 1 and "at 200 MiB/s" in disk[0], lines
+
+
+def test_folding_means_gauges_keeps_counters_last_and_peaks_max() -> None:
+    store = announce._Store()
+    for j, (gauge, counter, peak) in enumerate([(1.0, 10.0, 5.0), (3.0, 20.0, 1.0),
+                                                (5.0, 30.0, 2.0), (7.0, 40.0, 9.0)]):  # fmt: skip
+        store.add(Sample(1.7e9 + j, float(j), j, {"cpu": gauge, "disk.in": counter,
+                                                  "proc.memory.rssMB.max": peak}))  # fmt: skip
+    store.fold()
+    assert store.rows == 3
+    assert list(store.columns["cpu"].values) == [2.0, 5.0, 7.0]
+    assert list(store.columns["disk.in"].values) == [20.0, 30.0, 40.0]
+    assert list(store.columns["proc.memory.rssMB.max"].values) == [5.0, 2.0, 9.0]
+    assert list(store.time) == [1.7e9 + 1, 1.7e9 + 2, 1.7e9 + 3]
+    assert list(store.weight) == [2.0, 1.0, 1.0]
+    store.fold()  # a row of two samples and a row of one: weighted by their samples
+    assert list(store.columns["cpu"].values) == [3.0, 7.0]
+    run = store.run({"pid": 1, "interval": 1.0, "cpus": 2.0})
+    assert len(run) == 2 and run.step == [2, 3]
+
+
+def test_a_gpu_busy_only_later_is_seen_busy_at_close() -> None:
+    """The rules read a fresh run at each evaluation: nothing cached from an earlier one.
+
+    The old store kept one growing run, whose GPU views (``Run.used_gpus``,
+    ``Run.job_gpu_percent``) were cached at the first evaluation, when the job was not on
+    the GPU yet: at close the stall rule read past them (an IndexError, the findings off).
+    """
+    lines: list[str] = []
+    live, reader = fed(lines)
+    idle = {"gpu.0.gpu": 0.0, "gpu.0.memoryAllocated": 1.0, "cpu": 30.0}
+    reader.feed(Sample(1.7e9 + j, float(j), j, dict(idle)) for j in range(20))
+    live._take()
+    live._evaluate()  # the job is not on the GPU yet
+    busy = {"gpu.0.gpu": 90.0, "gpu.0.memoryAllocated": 50.0, "gpu.process.0.gpu": 90.0,
+            "cpu": 30.0}  # fmt: skip
+    reader.feed(Sample(1.7e9 + j, float(j), j, dict(busy)) for j in range(20, 40))
+    reader.feed(Sample(1.7e9 + j, float(j), 40, dict(busy)) for j in range(40, 70))  # stalled
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SystemMetricsWarning)
+        live.close()
+    stalls = [line for line in lines if "step stayed at 40" in line]
+    assert len(stalls) == 1 and "its GPUs 90 %" in stalls[0], lines
+
+
+def busy(cpu_seconds: float) -> None:
+    """Python work (calls: profile events) for ``cpu_seconds`` of this thread's CPU."""
+    end = time.thread_time() + cpu_seconds
+    while time.thread_time() < end:
+        sum(abs(x) for x in range(50))
+
+
+def test_the_thread_runs_at_the_lowest_priority() -> None:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("a thread's own nice value is Linux's")
+    with SystemMonitor(interval=0.05, collectors=[Script({"cpu": 1.0})]) as m:
+        live = LiveFindings(m, lambda line: None).start()
+        wait_for(lambda: live._thread.native_id is not None)
+        time.sleep(0.1)
+        tid = live._thread.native_id
+        stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        nice = int(stat.rsplit(")", 1)[1].split()[16])  # field 19 of the line
+        live.close()
+    assert nice == 19
+    mine = Path(f"/proc/self/task/{threading.get_native_id()}/stat").read_text()
+    assert int(mine.rsplit(")", 1)[1].split()[16]) != 19  # the training thread's is untouched
+
+
+def test_an_evaluation_runs_at_most_its_duty_and_close_ends_it_quickly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between slices of ``LIVE_SLICE`` s of CPU the thread sleeps (1 / LIVE_DUTY - 1)
+    times as long; once closed it sleeps no more, so the last evaluation is not lost."""
+    calls: list[str] = []
+
+    def slow(run: object) -> list[findings.Finding]:
+        calls.append(threading.current_thread().name)
+        busy(0.2 if len(calls) == 1 else 0.01)
+        return []
+
+    monkeypatch.setattr(findings, "findings", slow)
+    with SystemMonitor(interval=0.02, collectors=[Script({"cpu": 1.0})]) as m:
+        live = LiveFindings(m, lambda line: None, every=60.0, first=0.0).start()
+        wait_for(lambda: live._throttle.slept > 0.3)  # mid-evaluation: it slept already
+        slept, cpu = live._throttle.slept, 0.2
+        live.close()
+    assert calls == ["sysmetrics-findings", "MainThread"]  # the last one, in close()
+    assert live._throttle.slept < cpu * (1 / announce.LIVE_DUTY)  # no sleep once closed
+    assert slept > 0.3
+
+
+def test_an_evaluation_over_its_budget_stops_the_announcing_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    def endless(run: object) -> list[findings.Finding]:
+        calls.append(threading.current_thread().name)
+        busy(5.0)  # the budget stops it long before
+        return []
+
+    monkeypatch.setattr(findings, "findings", endless)
+    monkeypatch.setattr(announce, "LIVE_BUDGET", 0.02)
+    monkeypatch.setattr(announce, "LIVE_DUTY", 0.5)
+    with SystemMonitor(interval=0.02, collectors=[Script({"cpu": 1.0})]) as m:
+        live = LiveFindings(m, lambda line: None, every=0.02, first=0.0).start()
+        with pytest.warns(SystemMetricsWarning, match="took more than 0.02 s of CPU") as told:
+            wait_for(lambda: live._failed)
+            live.close()
+    assert len(told) == 1 and calls == ["sysmetrics-findings"]
