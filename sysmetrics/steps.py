@@ -439,7 +439,7 @@ def _timed(iterable: Iterable[T], timing: _Timing, size: Optional[float]) -> Ite
             return
         clock.waited(perf() - start)
         if world:
-            n = size if size is not None else timing.sizer(item, stacklevel=3)
+            n = size if size is not None else timing.sizer(item, stacklevel=2)  # the loop's line
             if n:
                 timing.samples += n * world
         yield item

@@ -248,7 +248,11 @@ class BatchSizer:
         self.failed = False  # whether a batch could not be sized (and it was said)
 
     def __call__(self, batch: object, stacklevel: int = 2) -> int | None:
-        """The samples in ``batch``, or None (it has no size, or finding it failed)."""
+        """The samples in ``batch``, or None (it has no size, or finding it failed).
+
+        ``stacklevel``: the warning's line, as ``warnings.warn`` counts it from the caller
+        (2: the line that called the caller).
+        """
         try:
             return batch_size(batch)
         except Exception as exc:  # any error of the batch's own: it must not reach the loop

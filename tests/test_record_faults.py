@@ -76,6 +76,7 @@ def test_a_batch_that_cannot_be_sized_counts_no_samples_with_one_warning(
         assert len(said) == 1, said
         assert issubclass(caught[0].category, sysmetrics.SystemMetricsWarning)
         assert "cannot find the size of a batch" in said[0], said
+        assert caught[0].filename == __file__, caught[0].filename  # the loop's own line
         got = reader.timing()
         assert got is not None and got.steps == 5 and got.samples == 5.0
     finally:
