@@ -72,18 +72,16 @@ class OptionError(ValueError):
             where = f"{self.option}[{self.key!r}]={self.value!r}"
         else:
             where = f"{self.option}={self.value!r}"
-        return " ".join(w for w in (where, self.problem) if w) + self.rest_allowed
-
-    @property
-    def rest_allowed(self) -> str:
-        """``": {allowed}"``, or nothing where there is no ``allowed``."""
-        return f": {self.allowed}" if self.allowed else ""
+        return where + self.rest
 
     @property
     def rest(self) -> str:
-        """The message after the value: ``problem`` and ``allowed`` (``"is invalid: use
-        ..."``), for a caller that shows the value its own way (a command line's flag)."""
-        return self.problem + self.rest_allowed
+        """The message after the words for the value: ``" is invalid: use ..."``.
+
+        For a caller that shows the value its own way (``sysmetrics record``: as typed).
+        """
+        said = f" {self.problem}" if self.problem else ""
+        return said + (f": {self.allowed}" if self.allowed else "")
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled with its fields (a worker process's error reaches its parent whole).

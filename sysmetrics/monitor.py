@@ -40,7 +40,7 @@ from sysmetrics.engine import EXIT_BUDGET as EXIT_BUDGET
 from sysmetrics.engine import Clock as Clock  # re-exported: sysmetrics.monitor.Clock
 from sysmetrics.engine import _after_fork_in_child as _after_fork_in_child
 from sysmetrics.engine import _stop_all_at_exit as _stop_all_at_exit
-from sysmetrics.errors import SystemMetricsWarning
+from sysmetrics.errors import OptionTypeError, SystemMetricsWarning
 from sysmetrics.host import Job
 from sysmetrics.options import MONITOR_OPTIONS, CollectorOptions
 from sysmetrics.reader import Reader, Sample, Series
@@ -130,7 +130,7 @@ class SystemMonitor(_Readers):
             )
         self.interval = check_interval(interval)
         if clock is not None and not isinstance(clock, Clock):
-            raise TypeError(f"clock={clock!r} is invalid: use a sysmetrics.monitor.Clock")
+            raise OptionTypeError("clock", clock, "use a sysmetrics.monitor.Clock")
         self._clock = clock or Clock()
         if collectors is None:
             self.options = check_options(options)
@@ -147,9 +147,12 @@ class SystemMonitor(_Readers):
             self.job = Job(os.getpid())  # for the collectors given, where they take it
             for c in collectors:
                 if not isinstance(c, Collector):
-                    raise TypeError(
-                        f"collectors contains {c!r}, which is not a Collector "
-                        "(it needs name, sample(), aggregation() and close())"
+                    raise OptionTypeError(
+                        "collectors",
+                        c,
+                        problem="is not a Collector (it needs name, sample(), aggregation() "
+                        "and close())",
+                        part="entry",
                     )
             self._collectors = list(collectors)
         self.pid: int = self.job.pid

@@ -174,12 +174,18 @@ BAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("open_metrics", {"open_metrics": 5}),
     ("open_metrics", {"open_metrics": {"a b": "http://127.0.0.1:9/m"}}),
     ("open_metrics", {"open_metrics": {"a": "ftp://h/m"}}),
-    ("open_metrics_filters", {"open_metrics": {"a": "http://127.0.0.1:9/m"},
-                              "open_metrics_filters": 5}),  # fmt: skip
-    ("open_metrics_filters", {"open_metrics": {"a": "http://127.0.0.1:9/m"},
-                              "open_metrics_filters": ["("]}),  # fmt: skip
-    ("open_metrics_filters", {"open_metrics": {"a": "http://127.0.0.1:9/m"},
-                              "open_metrics_filters": {"m": 5}}),  # fmt: skip
+    (
+        "open_metrics_filters",
+        {"open_metrics": {"a": "http://127.0.0.1:9/m"}, "open_metrics_filters": 5},
+    ),
+    (
+        "open_metrics_filters",
+        {"open_metrics": {"a": "http://127.0.0.1:9/m"}, "open_metrics_filters": ["("]},
+    ),
+    (
+        "open_metrics_filters",
+        {"open_metrics": {"a": "http://127.0.0.1:9/m"}, "open_metrics_filters": {"m": 5}},
+    ),
     ("open_metrics_max_series", {"open_metrics_max_series": 0}),
     ("network_loopback", {"network_loopback": "yes"}),
     ("logging_interval", {"logging_interval": "batch"}),
