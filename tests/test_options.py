@@ -228,3 +228,48 @@ def test_every_option_error_carries_the_declared_name(name: str, given: dict[str
     assert error.value is not None or name in ("pid",)
     assert isinstance(error.allowed, str) and isinstance(error.problem, str)
     assert str(error).startswith(name), str(error)
+
+
+def test_an_option_error_is_a_value_or_type_error_and_pickles_whole() -> None:
+    """``except ValueError``/``TypeError`` still catch them; a worker's error reaches its
+    parent with its fields (pickled), the message unchanged."""
+    import pickle
+
+    from sysmetrics import OptionError, OptionTypeError
+
+    made = [
+        OptionError("interval", 0, "it must be a number of seconds between 0.01 and 3600"),
+        OptionTypeError(
+            "disk_paths", None, "each entry ...", problem="is not a path", part="entry"
+        ),
+        OptionError("open_metrics", "a b", "use letters, digits, _ and -", part="name"),
+        OptionError(
+            "open_metrics", "ftp://h/m", "use an http:// or https:// URL", part="key", key="gpu"
+        ),
+    ]
+    assert [str(e) for e in made] == [
+        "interval=0 is invalid: it must be a number of seconds between 0.01 and 3600",
+        "disk_paths contains None, which is not a path: each entry ...",
+        "open_metrics name 'a b' is invalid: use letters, digits, _ and -",
+        "open_metrics['gpu']='ftp://h/m' is invalid: use an http:// or https:// URL",
+    ]
+    assert isinstance(made[1], TypeError) and isinstance(made[1], ValueError)
+    assert not isinstance(made[0], TypeError)
+    for error in made:
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error)
+        assert vars(copy) == vars(error)
+
+
+@pytest.mark.parametrize("o", cli.FLAGGED, ids=lambda o: o.flag)
+@pytest.mark.parametrize("part", ["value", "entry", "name", "key"])
+def test_record_names_each_flag_from_the_declarations(o: options.Option, part: str) -> None:
+    """Whatever an option's error says, record reads its fields, never its message:
+    ``argument <the declared flag>: <the value as typed><the rest>``."""
+    from sysmetrics import OptionError
+
+    error = OptionError(o.name, "x, which y", "z", problem="is bad", part=part, key="k")
+    typed = {"value": "'x, which y'", "entry": "'x, which y'", "name": "name 'x, which y'",
+             "key": "k='x, which y'"}[part]  # fmt: skip
+    assert cli._flag_error(error) == f"argument {o.flag}: {typed} is bad: z"
+    assert cli._flag_error(ValueError("interval=0 is invalid")) == "interval=0 is invalid"
