@@ -154,7 +154,9 @@ class CallbackCore:
             ``monitor=`` excludes ``interval`` and the monitor's options.
 
     Raises:
-        TypeError, ValueError: an option is unknown or invalid (raised at construction).
+        OptionError: an option is invalid (a ValueError; ``OptionTypeError``, also a
+            TypeError, for a value of the wrong type), raised at construction.
+        TypeError: an option is unknown, or options exclude each other.
 
     """
 
@@ -171,10 +173,8 @@ class CallbackCore:
         interval, monitor = own.pop("interval", None), own.pop("monitor", None)
         monitor_options = given  # SystemMonitor's
         if monitor is not None:
-            if not isinstance(monitor, SystemMonitor):
-                check_monitor(monitor)
             configured = sorted(monitor_options) + (["interval"] if interval is not None else [])
-            if configured:
+            if configured and isinstance(monitor, SystemMonitor):  # else: its own error first
                 raise TypeError(
                     f"{owner} got {', '.join(configured)} with monitor=: those configure the "
                     "callback's own monitor; configure the monitor you pass instead"

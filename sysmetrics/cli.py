@@ -206,7 +206,7 @@ def _check_gpu_ids(options: Mapping[str, Any]) -> None:
     this, and only when ``--gpu-ids`` is given: no vendor tool is run.
 
     Raises:
-        ValueError: ``gpu_ids`` name a GPU that cannot be watched.
+        OptionError: ``gpu_ids`` name a GPU that cannot be watched.
 
     """
     if options.get("gpu_ids") is None:

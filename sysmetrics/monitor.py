@@ -97,8 +97,10 @@ class SystemMonitor(_Readers):
             :data:`sysmetrics.collectors.defaults.DEFAULT_SET`.
 
     Raises:
-        TypeError, ValueError: an option is unknown or has an invalid value; the message
-            names it, the value, and what is allowed.
+        OptionError: an option has an invalid value (``OptionTypeError``, also a
+            TypeError, for a value of the wrong type); its fields name the option, the
+            value and what is allowed (:class:`sysmetrics.errors.OptionError`).
+        TypeError, ValueError: an option is unknown, or options exclude each other.
 
     """
 
