@@ -273,3 +273,25 @@ def test_record_names_each_flag_from_the_declarations(o: options.Option, part: s
              "key": "k='x, which y'"}[part]  # fmt: skip
     assert cli._flag_error(error) == f"argument {o.flag}: {typed} is bad: z"
     assert cli._flag_error(ValueError("interval=0 is invalid")) == "interval=0 is invalid"
+
+
+def test_every_option_error_in_the_code_names_a_declared_option() -> None:
+    """Each ``OptionError(...)``/``OptionTypeError(...)`` the package raises names an
+    option of :data:`OPTIONS` (where the name is written as a string there)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(options.__file__).parent
+    named = []
+    for path in [*root.rglob("*.py"), *(root.parent / "integrations").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("OptionError", "OptionTypeError")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                named.append((path.name, node.args[0].value))
+    assert len(named) > 20
+    assert [(f, n) for f, n in named if n not in options.BY_NAME] == []
