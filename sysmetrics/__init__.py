@@ -11,7 +11,7 @@ from sysmetrics.collectors.base import (
     BaseCollector,
     Collector,
 )
-from sysmetrics.errors import SystemMetricsWarning
+from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.steps import batches, step
 
@@ -21,6 +21,8 @@ __all__ = [
     "Aggregation",
     "BaseCollector",
     "Collector",
+    "OptionError",
+    "OptionTypeError",
     "SystemMetricsWarning",
     "SystemMonitor",
     "__version__",

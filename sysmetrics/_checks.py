@@ -1,7 +1,9 @@
 """The checks of the options declared in :mod:`sysmetrics.options`, and record's flag parsers.
 
-Each check returns the value to use, or raises TypeError/ValueError naming the option,
-the value and what is allowed.
+Each check returns the value to use, or raises :class:`~sysmetrics.errors.OptionError`
+(:class:`~sysmetrics.errors.OptionTypeError` for a value of the wrong type) with the
+option's name, the value and what is allowed. ``monitor=`` and ``run_file=`` are checked
+by the callbacks' core (:mod:`sysmetrics.callback`), which knows the framework.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import numbers
 import operator
 import os
 from collections.abc import Callable, Iterable, Mapping
+
+from sysmetrics.errors import OptionError, OptionTypeError
 
 MIN_INTERVAL = 0.01  # seconds
 MAX_INTERVAL = 3600.0  # seconds
@@ -51,7 +55,7 @@ def check_engine(value: object) -> object:
 def check_bool(name: str) -> Callable[[object], bool]:
     def check(value: object) -> bool:
         if not isinstance(value, bool):
-            raise TypeError(f"{name}={value!r} is invalid: use True or False")
+            raise OptionTypeError(name, value, "use True or False")
         return value
 
     return check
@@ -60,17 +64,12 @@ def check_bool(name: str) -> Callable[[object], bool]:
 def check_interval(interval: object) -> float:
     """``interval`` as a float: any real number (numpy's included) but bool, in range."""
     # bool is an int to Python.
+    allowed = f"it must be a number of seconds between {MIN_INTERVAL} and {MAX_INTERVAL:g}"
     if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
-        raise TypeError(
-            f"interval={interval!r} is invalid: it must be a number of seconds "
-            f"between {MIN_INTERVAL} and {MAX_INTERVAL:g}"
-        )
+        raise OptionTypeError("interval", interval, allowed)
     value = float(interval)
     if not (math.isfinite(value) and MIN_INTERVAL <= value <= MAX_INTERVAL):
-        raise ValueError(
-            f"interval={interval!r} is invalid: it must be a number of seconds "
-            f"between {MIN_INTERVAL} and {MAX_INTERVAL:g}"
-        )
+        raise OptionError("interval", interval, allowed)
     return value
 
 
@@ -78,20 +77,21 @@ def check_pid(value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"pid={value!r} is invalid: it must be a positive process id")
+        raise OptionError("pid", value, "it must be a positive process id")
     import psutil
 
     if not psutil.pid_exists(value):
-        raise ValueError(f"pid={value!r} is invalid: no such process")
+        raise OptionError("pid", value, problem="is invalid: no such process")
     return value
 
 
 def check_max_series(value: object) -> int:
     n = positive_int(value)
     if n is None:
-        raise ValueError(
-            f"open_metrics_max_series={value!r} is invalid: it must be a positive integer "
-            "(series kept per endpoint)"
+        raise OptionError(
+            "open_metrics_max_series",
+            value,
+            "it must be a positive integer (series kept per endpoint)",
         )
     return n
 
@@ -99,24 +99,31 @@ def check_max_series(value: object) -> int:
 def check_disk_paths(value: object) -> tuple[str, ...]:
     items = one_or_many(value, (str, os.PathLike))
     if items is None:
-        raise TypeError(
-            f"disk_paths={value!r} is invalid: use a path or a list of paths whose "
-            "filesystems to watch (an empty list for none)"
+        raise OptionTypeError(
+            "disk_paths",
+            value,
+            "use a path or a list of paths whose filesystems to watch (an empty list for none)",
         )
     paths: list[str] = []
     for item in items:
         p = os.fspath(item) if isinstance(item, (str, os.PathLike)) else None
         if not isinstance(p, str):
-            raise TypeError(
-                f"disk_paths contains {item!r}, which is not a path: each entry must be a "
-                "string or os.PathLike naming an existing path"
+            raise OptionTypeError(
+                "disk_paths",
+                item,
+                "each entry must be a string or os.PathLike naming an existing path",
+                problem="is not a path",
+                part="entry",
             )
         paths.append(p)
     for p in paths:
         if missing_here(p):
-            raise ValueError(
-                f"disk_paths contains {p!r}, which does not exist: each entry must be an "
-                "existing path whose filesystem to watch"
+            raise OptionError(
+                "disk_paths",
+                p,
+                "each entry must be an existing path whose filesystem to watch",
+                problem="does not exist",
+                part="entry",
             )
     return tuple(paths)
 
@@ -148,23 +155,24 @@ def check_open_metrics(value: object) -> object:
 
 def check_logging_interval(value: object) -> str:
     if value not in LOGGING_INTERVALS:
-        raise ValueError(f"logging_interval={value!r} is invalid: use 'step' or 'epoch'")
+        raise OptionError("logging_interval", value, "use 'step' or 'epoch'")
     return str(value)
 
 
 def check_every(value: object) -> int | None:
     every = None if value is None else positive_int(value)
     if value is not None and every is None:
-        raise ValueError(
-            f"log_every_n_steps={value!r} is invalid: use a positive integer, "
-            "or None for the framework's own logging cadence"
+        raise OptionError(
+            "log_every_n_steps",
+            value,
+            "use a positive integer, or None for the framework's own logging cadence",
         )
     return every
 
 
 def check_prefix(value: object) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"prefix={value!r} is invalid: it must be a string (may be empty)")
+        raise OptionTypeError("prefix", value, "it must be a string (may be empty)")
     return value
 
 
@@ -174,16 +182,22 @@ def check_patterns(name: str) -> Callable[[object], tuple[str, ...]]:
             return ()
         items = one_or_many(value, str)
         if items is None:
-            raise TypeError(
-                f"{name}={value!r} is invalid: use a glob pattern or a list of glob patterns "
-                "on metric keys, such as 'cpu' or ['cpu', 'proc.*']"
+            raise OptionTypeError(
+                name,
+                value,
+                "use a glob pattern or a list of glob patterns on metric keys, such as 'cpu' "
+                "or ['cpu', 'proc.*']",
             )
         patterns: list[str] = []
         for p in items:
             if not isinstance(p, str) or not p:
-                raise TypeError(
-                    f"{name} contains {p!r}: each entry must be a non-empty glob pattern on "
-                    "metric keys, such as 'cpu' or 'disk.*'"
+                raise OptionTypeError(
+                    name,
+                    p,
+                    "each entry must be a non-empty glob pattern on metric keys, such as "
+                    "'cpu' or 'disk.*'",
+                    problem="",
+                    part="entry",
                 )
             patterns.append(p)
         return tuple(patterns)
@@ -191,21 +205,9 @@ def check_patterns(name: str) -> Callable[[object], tuple[str, ...]]:
     return check
 
 
-def check_monitor(value: object) -> object:
-    from sysmetrics.monitor import SystemMonitor
-
-    if value is not None and not isinstance(value, SystemMonitor):
-        raise TypeError(
-            f"monitor={value!r} is invalid: use a sysmetrics.SystemMonitor to share, "
-            "or None for the callback's own"
-        )
-    return value
-
-
-def check_run_file_option(value: object) -> object:
-    from sysmetrics.callback import check_run_file  # with the framework's context there
-
-    return check_run_file(value, "SystemMetricsCallback", run_dirs=True)
+def check_by_callback(value: object) -> object:
+    return value  # monitor= and run_file= are checked by the callbacks' core, which knows
+    # the framework (sysmetrics.callback.check_monitor, check_run_file)
 
 
 # -- record's flag parsers ----------------------------------------------------------------

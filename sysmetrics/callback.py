@@ -23,7 +23,7 @@ from sysmetrics._checks import missing_here, one_or_many
 from sysmetrics.announce import LiveFindings
 from sysmetrics.callback_run import Run
 from sysmetrics.descriptions import split_node
-from sysmetrics.errors import SystemMetricsWarning, quote
+from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning, quote
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOptions
 from sysmetrics.reader import Reader
@@ -61,6 +61,27 @@ def _disk_paths_here(value: object) -> object:
     return kept
 
 
+def check_monitor(value: object) -> SystemMonitor | None:
+    """The ``monitor`` option checked: None, or a SystemMonitor that can still sample."""
+    if value is None:
+        return None
+    if not isinstance(value, SystemMonitor):
+        raise OptionTypeError(
+            "monitor",
+            value,
+            "use a sysmetrics.SystemMonitor to share, or None for the callback's own",
+        )
+    if value.stopped:
+        raise OptionError(
+            "monitor",
+            value,
+            "pass a new or running one",
+            problem="is a stopped SystemMonitor, which cannot sample again",
+            subject="monitor=",
+        )
+    return value
+
+
 def check_run_file(
     value: object, owner: str, run_dirs: bool, elsewhere: bool = False
 ) -> str | bool | None:
@@ -74,32 +95,37 @@ def check_run_file(
         return None
     if value is True:
         if not run_dirs:
-            raise ValueError(
-                f"run_file=True is invalid for {owner}: the framework has no run log "
-                "directory; give the run file's path"
+            raise OptionError(
+                "run_file",
+                value,
+                "the framework has no run log directory; give the run file's path",
+                problem=f"is invalid for {owner}",
             )
         return True
     path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if not isinstance(path, str) or not path:
-        raise TypeError(
-            f"run_file={value!r} is invalid: use a path for the JSON-lines run file, True for "
-            f"{RUN_FILE} in the run's log directory, or None"
+        raise OptionTypeError(
+            "run_file",
+            value,
+            f"use a path for the JSON-lines run file, True for {RUN_FILE} in the run's log "
+            "directory, or None",
         )
     path = os.path.expanduser(path)
     problem = None
     if os.path.isdir(path):
-        problem = (
-            f"run_file={value!r} is invalid: it is a directory; name the run file in it, "
-            f"such as {os.path.join(path, RUN_FILE)!r}"
+        problem = OptionError(
+            "run_file",
+            value,
+            f"it is a directory; name the run file in it, such as {os.path.join(path, RUN_FILE)!r}",
         )
     directory = os.path.dirname(os.path.abspath(path))
     if problem is None and not os.path.isdir(directory):
-        problem = f"run_file={value!r} is invalid: its directory {directory!r} does not exist"
+        problem = OptionError("run_file", value, f"its directory {directory!r} does not exist")
     if problem is None:
         return path
     if not elsewhere:
-        raise ValueError(problem)
-    _elsewhere(problem + " here")
+        raise problem
+    _elsewhere(f"{problem} here")
     return None
 
 
@@ -128,7 +154,9 @@ class CallbackCore:
             ``monitor=`` excludes ``interval`` and the monitor's options.
 
     Raises:
-        TypeError, ValueError: an option is unknown or invalid (raised at construction).
+        OptionError: an option is invalid (a ValueError; ``OptionTypeError``, also a
+            TypeError, for a value of the wrong type), raised at construction.
+        TypeError: an option is unknown, or options exclude each other.
 
     """
 
@@ -145,18 +173,13 @@ class CallbackCore:
         interval, monitor = own.pop("interval", None), own.pop("monitor", None)
         monitor_options = given  # SystemMonitor's
         if monitor is not None:
-            opts.BY_NAME["monitor"].check(monitor)
             configured = sorted(monitor_options) + (["interval"] if interval is not None else [])
-            if configured:
+            if configured and isinstance(monitor, SystemMonitor):  # else: its own error first
                 raise TypeError(
                     f"{owner} got {', '.join(configured)} with monitor=: those configure the "
                     "callback's own monitor; configure the monitor you pass instead"
                 )
-            if monitor.stopped:
-                raise ValueError(
-                    "monitor= is a stopped SystemMonitor, which cannot sample again: pass a "
-                    "new or running one"
-                )
+            check_monitor(monitor)
         # Settings of this machine's files and devices may hold on some nodes only: inside
         # a distributed run one that does not hold here is left out with a warning, as
         # an error on some ranks only would leave the others waiting for them.
@@ -217,11 +240,12 @@ class CallbackCore:
         options = self.monitor_options
         try:
             return SystemMonitor(**options)
-        except ValueError as exc:
+        except OptionError as exc:
             if (
                 not elsewhere
                 or options.get("gpu_ids") is None
-                or not str(exc).startswith("gpu_ids")
+                or exc.option != "gpu_ids"
+                or isinstance(exc, TypeError)  # not a list: wrong on every node
             ):
                 raise
             _elsewhere(f"{exc}; no NVIDIA GPU is watched here")

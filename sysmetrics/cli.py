@@ -23,7 +23,6 @@ import difflib
 import errno
 import io
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -43,7 +42,7 @@ from sysmetrics._child import (
     _wait_exited,
 )
 from sysmetrics.announce import LiveFindings
-from sysmetrics.errors import SystemMetricsWarning
+from sysmetrics.errors import OptionError, SystemMetricsWarning
 from sysmetrics.live import LiveView
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import OPTIONS
@@ -157,33 +156,34 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-# The monitor's options that record's flags set, by flag: its messages name the option.
+# The monitor's options that record's flags set, and each one's flag.
 FLAGGED = tuple(o for o in OPTIONS if o.flag is not None and o.cli is not None)
 FLAGS = {o.name: o.flag for o in FLAGGED}
 
 
-def _in_flags(message: str) -> str:
-    """The monitor's ``message`` about one of its options, naming record's flag instead.
+def _flag_error(exc: BaseException) -> str:
+    """The error about an option, naming record's flag and the value as typed.
 
-    ``interval=0 is invalid: ...`` becomes ``argument --interval: 0 is invalid: ...``,
-    ``disk_paths contains '/x', which does not exist: ...`` becomes ``argument
-    --disk-path: '/x' does not exist: ...``; another message is left as it is.
+    An :class:`OptionError` of an option declared with a flag reads ``argument --flag:
+    <value as typed> <the rest>``: ``interval=0 is invalid: ...`` becomes ``argument
+    --interval: 0 is invalid: ...``, ``disk_paths contains '/x', which does not exist:
+    ...`` becomes ``argument --disk-path: '/x' does not exist: ...``. Another error reads
+    as it is.
     """
-    for option, flag in FLAGS.items():
-        found = re.match(rf"{option}(=| contains | name |\[(.*?)\]=)(.*)", message, re.S)
-        if found is None:
-            continue
-        how, key, rest = found.groups()
-        if how == " contains ":
-            rest = rest.replace(", which ", " ", 1)
-        elif how == " name ":
-            rest = f"name {rest}"
-        elif key is not None:  # open_metrics['name']='url' ...
-            rest = f"{key.strip(chr(39))}={rest}"
-        elif listed := re.match(r"\[([^\]]*)\](.*)", rest, re.S):  # gpu_ids=[0, 1] ...
-            rest = listed.group(1).replace(", ", ",") + listed.group(2)  # as typed: 0,1
-        return f"argument {flag}: {rest}"
-    return message
+    if isinstance(exc, OptionError) and exc.option in FLAGS:
+        return f"argument {FLAGS[exc.option]}: {_as_typed(exc)}{exc.rest}"
+    return str(exc)
+
+
+def _as_typed(exc: OptionError) -> str:
+    """The value of ``exc`` as record's command line takes it (:attr:`OptionError.part`)."""
+    if exc.part == "name":  # an endpoint's name: --open-metrics NAME=URL
+        return f"name {exc.value!r}"
+    if exc.part == "key":  # an endpoint's URL
+        return f"{exc.key}={exc.value!r}"
+    if exc.part == "value" and isinstance(exc.value, (list, tuple)):  # --gpu-ids 0,1
+        return ",".join(str(v) for v in exc.value)
+    return repr(exc.value)
 
 
 def _unknown(extra: list[str], parser: argparse.ArgumentParser) -> str:
@@ -206,7 +206,7 @@ def _check_gpu_ids(options: Mapping[str, Any]) -> None:
     this, and only when ``--gpu-ids`` is given: no vendor tool is run.
 
     Raises:
-        ValueError: ``gpu_ids`` name a GPU that cannot be watched.
+        OptionError: ``gpu_ids`` name a GPU that cannot be watched.
 
     """
     if options.get("gpu_ids") is None:
@@ -267,7 +267,7 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         check_options(options, options)  # builds no collector: the monitor is, once, below
         _check_gpu_ids(options)
     except (TypeError, ValueError, ImportError, OSError) as exc:
-        parser.error(_in_flags(str(exc)))
+        parser.error(_flag_error(exc))
     # The exporter before the run file: no file is left behind when it cannot start.
     exporter = _exporter(proxy, args.prometheus_port, args.prometheus_run, parser)
     try:
@@ -327,7 +327,7 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 child.kill()
                 child.wait()
                 _unmake(args.output, made)
-                parser.error(_in_flags(str(exc)))
+                parser.error(_flag_error(exc))
             try:
                 _watch(child, monitor, command, args, step_file, proxy)
             except Exception as exc:  # the recorder's own failure never ends the command

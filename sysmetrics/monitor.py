@@ -40,7 +40,7 @@ from sysmetrics.engine import EXIT_BUDGET as EXIT_BUDGET
 from sysmetrics.engine import Clock as Clock  # re-exported: sysmetrics.monitor.Clock
 from sysmetrics.engine import _after_fork_in_child as _after_fork_in_child
 from sysmetrics.engine import _stop_all_at_exit as _stop_all_at_exit
-from sysmetrics.errors import SystemMetricsWarning
+from sysmetrics.errors import OptionTypeError, SystemMetricsWarning
 from sysmetrics.host import Job
 from sysmetrics.options import MONITOR_OPTIONS, CollectorOptions
 from sysmetrics.reader import Reader, Sample, Series
@@ -97,8 +97,10 @@ class SystemMonitor(_Readers):
             :data:`sysmetrics.collectors.defaults.DEFAULT_SET`.
 
     Raises:
-        TypeError, ValueError: an option is unknown or has an invalid value; the message
-            names it, the value, and what is allowed.
+        OptionError: an option has an invalid value (``OptionTypeError``, also a
+            TypeError, for a value of the wrong type); its fields name the option, the
+            value and what is allowed (:class:`sysmetrics.errors.OptionError`).
+        TypeError, ValueError: an option is unknown, or options exclude each other.
 
     """
 
@@ -130,7 +132,7 @@ class SystemMonitor(_Readers):
             )
         self.interval = check_interval(interval)
         if clock is not None and not isinstance(clock, Clock):
-            raise TypeError(f"clock={clock!r} is invalid: use a sysmetrics.monitor.Clock")
+            raise OptionTypeError("clock", clock, "use a sysmetrics.monitor.Clock")
         self._clock = clock or Clock()
         if collectors is None:
             self.options = check_options(options)
@@ -147,9 +149,12 @@ class SystemMonitor(_Readers):
             self.job = Job(os.getpid())  # for the collectors given, where they take it
             for c in collectors:
                 if not isinstance(c, Collector):
-                    raise TypeError(
-                        f"collectors contains {c!r}, which is not a Collector "
-                        "(it needs name, sample(), aggregation() and close())"
+                    raise OptionTypeError(
+                        "collectors",
+                        c,
+                        problem="is not a Collector (it needs name, sample(), aggregation() "
+                        "and close())",
+                        part="entry",
                     )
             self._collectors = list(collectors)
         self.pid: int = self.job.pid

@@ -35,18 +35,17 @@ from sysmetrics._checks import (
     absolute_paths,
     check_any,
     check_bool,
+    check_by_callback,
     check_disk_paths,
     check_engine,
     check_every,
     check_interval,
     check_logging_interval,
     check_max_series,
-    check_monitor,
     check_open_metrics,
     check_patterns,
     check_pid,
     check_prefix,
-    check_run_file_option,
     parse_endpoint,
     parse_gpu_ids,
     parse_seconds,
@@ -126,7 +125,7 @@ class Option:
 
     name: str  # "disk_paths"
     default: object  # ("/",)
-    check: Callable[[Any], object]  # the value to use, or TypeError/ValueError naming it
+    check: Callable[[Any], object]  # the value to use, or an OptionError naming it
     help: str  # one sentence, with the unit
     unit: str | None = None  # "s", "bytes", None
     scope: str = "monitor"  # "monitor" (SystemMonitor, callbacks, record) or "callback"
@@ -309,7 +308,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "monitor",
         None,
-        check_monitor,
+        check_by_callback,
         "a SystemMonitor to share: the callback reads it through a reader of its own, "
         "starts it if it is not running, and never stops it (excludes interval and the "
         "monitor's options)",
@@ -319,7 +318,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "run_file",
         None,
-        check_run_file_option,
+        check_by_callback,
         "also write every sample, with the training step, to this JSON-lines file; True "
         "for system_metrics.jsonl in the run's log directory",
         scope="callback",

@@ -103,3 +103,195 @@ def test_records_flags_are_the_declared_ones() -> None:
         "network_loopback": True,
     }
     assert cli._options(rec.parse_args(["--", "true"])) == {"interval": 1.0}
+
+
+# -- option errors: their fields, and record's flag named from the declarations -------------
+
+BAD_ON_THE_COMMAND_LINE = {
+    "interval": (["--interval", "0"], ["0 is invalid: it must be a number of seconds between"]),
+    # ", which" in the path: a message rewritten by regex cut the path's own words.
+    "disk_paths": (
+        ["--disk-path", "/no/such, which dir"],
+        ["'/no/such, which dir' does not exist: each entry must be an existing path"],
+    ),
+    # As typed (99,GPU-x), whether NVML is missing here or lacks the GPUs.
+    "gpu_ids": (
+        ["--gpu-ids", "99,GPU-x"],
+        ["99,GPU-x cannot be watched: ", "99 names no GPU this process can see: "],
+    ),
+    "open_metrics": (
+        ["--open-metrics", "gpu=ftp://h/m"],
+        ["gpu='ftp://h/m' is invalid: use an http:// or https:// URL"],
+    ),
+}
+"""A bad value of each option record takes with a value, and the message's possible rests."""
+
+
+@pytest.mark.parametrize("o", cli.FLAGGED, ids=lambda o: o.flag)
+def test_a_bad_value_of_each_flag_names_the_flag(o: options.Option, tmp_path: Any) -> None:
+    """Every option declared with a flag: a bad value typed on record's command line
+    reads ``argument <its flag>: <the value as typed> ...``; a new flag needs a bad value
+    here (a switch takes none)."""
+    import subprocess
+    import sys
+
+    assert o.cli is not None
+    if o.cli.metavar is None:  # a switch: nothing typed can be bad
+        assert o.check(True) is True and o.check(False) is False
+        return
+    assert o.name in BAD_ON_THE_COMMAND_LINE, f"give a bad value of {o.flag} here"
+    typed, rests = BAD_ON_THE_COMMAND_LINE[o.name]
+    cmd = [sys.executable, "-m", "sysmetrics", "record", "-o", str(tmp_path / "r.jsonl")]
+    proc = subprocess.run([*cmd, *typed, "--", "true"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert not (tmp_path / "r.jsonl").exists()
+    said = proc.stderr.splitlines()[-1]
+    prefix = f"sysmetrics record: error: argument {o.flag}: "
+    assert any(said.startswith(prefix + rest) for rest in rests), said
+
+
+def _stopped_monitor() -> Any:
+    monitor = sysmetrics_monitor.SystemMonitor(collectors=[])
+    monitor.start()
+    monitor.stop()
+    return monitor
+
+
+BAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("interval", {"interval": 0}),
+    ("interval", {"interval": "1"}),
+    ("collectors", {"collectors": [object()]}),
+    ("clock", {"clock": 5}),
+    ("disk_paths", {"disk_paths": 5}),
+    ("disk_paths", {"disk_paths": [5]}),
+    ("disk_paths", {"disk_paths": ["/no/such/dir"]}),
+    ("track_process_tree", {"track_process_tree": 1}),
+    ("pid", {"pid": -1}),
+    ("pid", {"pid": 2**31 - 1}),
+    ("gpu_ids", {"gpu_ids": 5}),
+    ("gpu_ids", {"gpu_ids": [99]}),
+    ("rocm_smi_path", {"rocm_smi_path": "/no/such/rocm-smi"}),
+    ("open_metrics", {"open_metrics": 5}),
+    ("open_metrics", {"open_metrics": {"a b": "http://127.0.0.1:9/m"}}),
+    ("open_metrics", {"open_metrics": {"a": "ftp://h/m"}}),
+    (
+        "open_metrics_filters",
+        {"open_metrics": {"a": "http://127.0.0.1:9/m"}, "open_metrics_filters": 5},
+    ),
+    (
+        "open_metrics_filters",
+        {"open_metrics": {"a": "http://127.0.0.1:9/m"}, "open_metrics_filters": ["("]},
+    ),
+    (
+        "open_metrics_filters",
+        {"open_metrics": {"a": "http://127.0.0.1:9/m"}, "open_metrics_filters": {"m": 5}},
+    ),
+    ("open_metrics_max_series", {"open_metrics_max_series": 0}),
+    ("network_loopback", {"network_loopback": "yes"}),
+    ("logging_interval", {"logging_interval": "batch"}),
+    ("log_every_n_steps", {"log_every_n_steps": 0}),
+    ("prefix", {"prefix": 5}),
+    ("include", {"include": 5}),
+    ("include", {"include": [""]}),
+    ("exclude", {"exclude": [5]}),
+    ("console", {"console": 1}),
+    ("live_findings", {"live_findings": "no"}),
+    ("monitor", {"monitor": 5}),
+    ("monitor", {"monitor": _stopped_monitor}),
+    ("run_file", {"run_file": 5}),
+    ("run_file", {"run_file": "/"}),
+    ("run_file", {"run_file": "/no/such/dir/r.jsonl"}),
+]
+"""Bad values of every option (``open_metrics_headers``: checked by Python's ``dict()``)."""
+
+
+def test_bad_options_cover_every_declared_option() -> None:
+    assert {n for n, _ in BAD_OPTIONS} == {o.name for o in OPTIONS} - {"open_metrics_headers"}
+
+
+@pytest.mark.parametrize(("name", "given"), BAD_OPTIONS, ids=[n for n, _ in BAD_OPTIONS])
+def test_every_option_error_carries_the_declared_name(name: str, given: dict[str, Any]) -> None:
+    """A bad option raises an ``OptionError`` with ``option`` (its declared name),
+    ``value`` and ``allowed``, from SystemMonitor (its options) or a callback (all); its
+    message is ``str()``, and it is still a ValueError or TypeError."""
+    from sysmetrics import OptionError
+    from sysmetrics.callback import CallbackCore
+
+    given = {k: v() if callable(v) else v for k, v in given.items()}
+    scope = options.BY_NAME[name].scope
+    make: Any = sysmetrics_monitor.SystemMonitor if scope == "monitor" else CallbackCore
+    with pytest.raises((TypeError, ValueError)) as raised:
+        make(**given)
+    error = raised.value
+    assert isinstance(error, OptionError), repr(error)
+    assert error.option == name
+    assert error.value is not None or name in ("pid",)
+    assert isinstance(error.allowed, str) and isinstance(error.problem, str)
+    assert str(error).startswith(name), str(error)
+
+
+def test_an_option_error_is_a_value_or_type_error_and_pickles_whole() -> None:
+    """``except ValueError``/``TypeError`` still catch them; a worker's error reaches its
+    parent with its fields (pickled), the message unchanged."""
+    import pickle
+
+    from sysmetrics import OptionError, OptionTypeError
+
+    made = [
+        OptionError("interval", 0, "it must be a number of seconds between 0.01 and 3600"),
+        OptionTypeError(
+            "disk_paths", None, "each entry ...", problem="is not a path", part="entry"
+        ),
+        OptionError("open_metrics", "a b", "use letters, digits, _ and -", part="name"),
+        OptionError(
+            "open_metrics", "ftp://h/m", "use an http:// or https:// URL", part="key", key="gpu"
+        ),
+    ]
+    assert [str(e) for e in made] == [
+        "interval=0 is invalid: it must be a number of seconds between 0.01 and 3600",
+        "disk_paths contains None, which is not a path: each entry ...",
+        "open_metrics name 'a b' is invalid: use letters, digits, _ and -",
+        "open_metrics['gpu']='ftp://h/m' is invalid: use an http:// or https:// URL",
+    ]
+    assert isinstance(made[1], TypeError) and isinstance(made[1], ValueError)
+    assert not isinstance(made[0], TypeError)
+    for error in made:
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error)
+        assert vars(copy) == vars(error)
+
+
+@pytest.mark.parametrize("o", cli.FLAGGED, ids=lambda o: o.flag)
+@pytest.mark.parametrize("part", ["value", "entry", "name", "key"])
+def test_record_names_each_flag_from_the_declarations(o: options.Option, part: str) -> None:
+    """Whatever an option's error says, record reads its fields, never its message:
+    ``argument <the declared flag>: <the value as typed><the rest>``."""
+    from sysmetrics import OptionError
+
+    error = OptionError(o.name, "x, which y", "z", problem="is bad", part=part, key="k")
+    typed = {"value": "'x, which y'", "entry": "'x, which y'", "name": "name 'x, which y'",
+             "key": "k='x, which y'"}[part]  # fmt: skip
+    assert cli._flag_error(error) == f"argument {o.flag}: {typed} is bad: z"
+    assert cli._flag_error(ValueError("interval=0 is invalid")) == "interval=0 is invalid"
+
+
+def test_every_option_error_in_the_code_names_a_declared_option() -> None:
+    """Each ``OptionError(...)``/``OptionTypeError(...)`` the package raises names an
+    option of :data:`OPTIONS` (where the name is written as a string there)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(options.__file__).parent
+    named = []
+    for path in [*root.rglob("*.py"), *(root.parent / "integrations").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("OptionError", "OptionTypeError")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                named.append((path.name, node.args[0].value))
+    assert len(named) > 20
+    assert [(f, n) for f, n in named if n not in options.BY_NAME] == []

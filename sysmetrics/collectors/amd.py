@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from sysmetrics.collectors._values import WATTS, checked, field, gpu_values, number
 from sysmetrics.collectors.base import BackgroundCollector, ToolRunner, find_tool
+from sysmetrics.errors import OptionError
 
 log = logging.getLogger("sysmetrics")
 
@@ -264,7 +265,7 @@ class AMDCollector(BackgroundCollector):
         """
         if path is not None:
             if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-                raise ValueError(f"rocm_smi_path={path!r} is invalid: it is not an executable file")
+                raise OptionError("rocm_smi_path", path, "it is not an executable file")
             return cls(path)
         found = find_tool("rocm-smi", ROCM_LOCATIONS)
         if found is not None:

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from sysmetrics import _optional
 from sysmetrics.collectors._http import fetch
 from sysmetrics.collectors.base import BackgroundCollector
-from sysmetrics.errors import SystemMetricsWarning, quote
+from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning, quote
 
 log = logging.getLogger("sysmetrics")
 
@@ -117,12 +117,21 @@ def _is_number(text: str) -> bool:
 
 
 def _compile(pattern: object, what: str) -> re.Pattern[str]:
+    """``pattern`` compiled; ``what`` names it in ``open_metrics_filters``."""
+    subject = f"{what} {pattern!r}"
     if not isinstance(pattern, str):
-        raise TypeError(f"{what} {pattern!r} is invalid: it must be a regular expression string")
+        raise OptionTypeError(
+            FILTERS, pattern, "it must be a regular expression string", subject=subject
+        )
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise ValueError(f"{what} {pattern!r} is not a valid regular expression: {exc}") from None
+        raise OptionError(
+            FILTERS, pattern, str(exc), problem="is not a valid regular expression", subject=subject
+        ) from None
+
+
+FILTERS = "open_metrics_filters"  # the option the filters come from, named in its errors
 
 
 def check_endpoints(endpoints: object) -> None:
@@ -133,16 +142,14 @@ def check_endpoints(endpoints: object) -> None:
 
     """
     if not isinstance(endpoints, Mapping) or not endpoints:
-        raise TypeError(f"open_metrics={endpoints!r} is invalid: use {{name: url}}")
+        raise OptionTypeError("open_metrics", endpoints, "use {name: url}")
     for ep_name, url in endpoints.items():
         if not isinstance(ep_name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", ep_name):
-            raise ValueError(
-                f"open_metrics name {ep_name!r} is invalid: use letters, digits, _ and -"
-            )
+            raise OptionError("open_metrics", ep_name, "use letters, digits, _ and -", part="name")
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(
-                f"open_metrics[{ep_name!r}]={url!r} is invalid: use an http:// or https:// URL"
+            raise OptionError(
+                "open_metrics", url, "use an http:// or https:// URL", part="key", key=ep_name
             )
 
 
@@ -228,9 +235,8 @@ class OpenMetricsCollector(BackgroundCollector):
         elif isinstance(filters, Mapping):
             for metric, labels in filters.items():
                 if not isinstance(labels, Mapping):
-                    raise TypeError(
-                        f"open_metrics_filters[{metric!r}]={labels!r} is invalid: "
-                        "use {label: label_regex}"
+                    raise OptionTypeError(
+                        FILTERS, labels, "use {label: label_regex}", part="key", key=metric
                     )
                 self._label_filters.append((
                     _compile(metric, "open_metrics_filters key"),
@@ -238,9 +244,8 @@ class OpenMetricsCollector(BackgroundCollector):
                      for k, v in labels.items()},
                 ))  # fmt: skip
         elif isinstance(filters, str) or not isinstance(filters, Sequence):
-            raise TypeError(
-                f"open_metrics_filters={filters!r} is invalid: use a list of regexes or "
-                "{metric_regex: {label: label_regex}}"
+            raise OptionTypeError(
+                FILTERS, filters, "use a list of regexes or {metric_regex: {label: label_regex}}"
             )
         else:
             self._metric_filters = [_compile(f, "open_metrics_filters entry") for f in filters]

@@ -26,7 +26,7 @@ from sysmetrics.collectors.nvidia.fields import (
 from sysmetrics.collectors.nvidia.gpm import _Gpm
 from sysmetrics.collectors.nvidia.mig import MigReading
 from sysmetrics.collectors.nvidia.proclists import _Layout
-from sysmetrics.errors import SystemMetricsWarning
+from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning
 from sysmetrics.host import HostSource, Job, ProcfsSource
 
 log = logging.getLogger("sysmetrics")
@@ -177,7 +177,7 @@ class NvidiaCollector(MigReading, Attribution, BaseCollector):
         if gpu_ids is not None and (
             isinstance(gpu_ids, (str, int)) or not isinstance(gpu_ids, Sequence)
         ):
-            raise TypeError(f"gpu_ids={gpu_ids!r} is invalid: use a list of CUDA indices or UUIDs")
+            raise OptionTypeError("gpu_ids", gpu_ids, "use a list of CUDA indices or UUIDs")
         nvml = nvml or _optional.pynvml()
         reason = "pynvml cannot be imported"
         if nvml is not None:
@@ -194,7 +194,7 @@ class NvidiaCollector(MigReading, Attribution, BaseCollector):
             except nvml.NVMLError as exc:
                 reason = f"NVML failed to start: {exc}"
         if gpu_ids:
-            raise ValueError(f"gpu_ids={list(gpu_ids)!r} cannot be watched: {reason}")
+            raise OptionError("gpu_ids", list(gpu_ids), problem=f"cannot be watched: {reason}")
         log.debug("sysmetrics: NVIDIA collector unavailable: %s", reason)
         return None
 

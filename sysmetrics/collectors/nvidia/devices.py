@@ -12,6 +12,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
+from sysmetrics.errors import OptionError
+
 log = logging.getLogger("sysmetrics")
 
 GpuId = Union[int, str]
@@ -199,9 +201,12 @@ def select(visible: list[_Visible], gpu_ids: Sequence[GpuId] | None) -> list[_Vi
         spec = os.environ.get("CUDA_VISIBLE_DEVICES")
         where = f" under CUDA_VISIBLE_DEVICES={spec!r}" if spec is not None else ""
         last = numbered[-1][0] if numbered else -1
-        raise ValueError(
-            f"gpu_ids contains {gid!r}, which names no GPU this process can see: use CUDA "
-            f"indices 0..{last}{where} or UUIDs "
-            f"({', '.join(u for _, _, u in numbered) or 'none'})"
+        raise OptionError(
+            "gpu_ids",
+            gid,
+            f"use CUDA indices 0..{last}{where} or UUIDs "
+            f"({', '.join(u for _, _, u in numbered) or 'none'})",
+            problem="names no GPU this process can see",
+            part="entry",
         )
     return chosen
