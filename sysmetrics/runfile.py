@@ -207,6 +207,7 @@ class Recording:
 
 
 _NAN_BITS = array("Q", array("d", [_NAN]).tobytes())[0]  # the NaN that pads a column
+_NAN_BYTES = array("d", [_NAN]).tobytes()
 _DENSE_EVERY = 1024  # values appended to a sparse column between two density checks
 
 _Stored = Union["array[float]", tuple["array[int]", "array[float]"]]
@@ -214,6 +215,17 @@ _Stored = Union["array[float]", tuple["array[int]", "array[float]"]]
 
 def _nans(n: int) -> array[float]:
     return array("d", [_NAN]) * n
+
+
+def _present(column: array[float]) -> int:
+    """The values of ``column`` that are not the padding NaN.
+
+    A search of its bytes first: a column without one (most) is not counted value by value.
+    """
+    raw = column.tobytes()
+    if _NAN_BYTES not in raw:
+        return len(column)
+    return len(column) - array("Q", raw).count(_NAN_BITS)
 
 
 class Columns(MutableMapping[str, "array[float]"]):
@@ -265,8 +277,7 @@ class Columns(MutableMapping[str, "array[float]"]):
     def __setitem__(self, key: str, column: array[float]) -> None:
         if not isinstance(column, array) or column.typecode != "d":
             column = array("d", column)
-        present = len(column) - array("Q", column.tobytes()).count(_NAN_BITS)
-        if 2 * present >= self.length:
+        if 2 * _present(column) >= self.length:
             self._data[key] = column
         else:
             index = array("q", (j for j, v in enumerate(column) if v == v))
@@ -274,6 +285,18 @@ class Columns(MutableMapping[str, "array[float]"]):
 
     def __delitem__(self, key: str) -> None:
         del self._data[key]
+
+    def full(self, key: str) -> bool:
+        """Whether every sample has ``key`` (False where it is unknown); makes no column."""
+        stored = self._data.get(key)
+        if stored is None:
+            return False
+        if isinstance(stored, tuple):
+            return len(stored[1]) >= self.length
+        if len(stored) < self.length or _present(stored) < len(stored):
+            return False
+        total = sum(stored)
+        return total - total == 0 or all(v == v for v in stored)  # no NaN of another kind
 
     def samples(self, key: str) -> list[int]:
         """The samples that have ``key`` (none where it is unknown)."""
@@ -309,7 +332,7 @@ class Columns(MutableMapping[str, "array[float]"]):
             if isinstance(stored, tuple):
                 if 2 * len(stored[1]) >= self.length:
                     self._data[key] = self[key]
-            else:
+            elif len(stored) != self.length or _NAN_BYTES in stored.tobytes():
                 self[key] = self[key]  # padded, then kept dense or made sparse
 
 
@@ -493,13 +516,19 @@ class Run:
         The job uses GPU ``i`` in a sample that has a ``gpu.process.{i}.*`` key.
         """
         used: dict[str, list[bool]] = {}
-        for key, column in self.columns.items():
+        full: set[str] = set()  # GPUs the job uses in every sample: no more keys to look at
+        columns = self.columns
+        for key in columns:  # a column is made only where it is looked at
             gpu = gpu_key(key)
-            if gpu is not None and gpu.process:
-                flags = used.setdefault(gpu.i, [False] * len(self))
-                for j, v in enumerate(column):
-                    if v == v:
-                        flags[j] = True
+            if gpu is None or not gpu.process or gpu.i in full:
+                continue
+            if columns.full(key):
+                used[gpu.i] = [True] * len(self)
+                full.add(gpu.i)
+                continue
+            flags = used.setdefault(gpu.i, [False] * len(self))
+            for j in columns.samples(key):
+                flags[j] = True
         return used
 
     @cached_property
@@ -591,15 +620,24 @@ _NUMBERS = frozenset({float, int})
 
 
 def _fast_sample(
-    state: _Reading, metrics: dict[str, Any], data: dict[str, Any], r: int, node: Optional[int]
+    state: _Reading,
+    metrics: dict[str, Any],
+    data: dict[str, Any],
+    r: int,
+    node: Optional[int],
+    raw: bytes,
 ) -> bool:
-    """Add a sample whose values are all finite numbers to the block; False: it is not such."""
+    """Add a sample whose values are all finite numbers to the block; False: it is not such.
+
+    ``raw`` is its line: one without ``true`` or ``false`` has no bool among the values
+    (``array`` would take one as a number), so their types are not checked one by one.
+    """
     values = metrics.values()
-    if not set(map(type, values)) <= _NUMBERS:
+    if (b"true" in raw or b"false" in raw) and not set(map(type, values)) <= _NUMBERS:
         return False
     try:
         row = array("d", values)
-    except OverflowError:  # an integer over a float's range
+    except (OverflowError, TypeError):  # an integer over a float's range; not a number
         return False
     total = sum(row)
     if total - total != 0:  # an inf or NaN (or a sum that overflows: checked one by one)
@@ -665,7 +703,7 @@ def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]
             state.full = True
             return
         state.cost += cost
-        if not _fast_sample(state, metrics, data, r, node):
+        if not _fast_sample(state, metrics, data, r, node, raw):
             state.flush()
             run.add(metrics, data.get("time"), data.get("monotonic"), data.get("step"), node, r)
     elif isinstance(data.get("run"), dict):

@@ -105,13 +105,15 @@ def rates(run: Run, key: str) -> list[Optional[float]]:
 
 def host_cpu(run: Run) -> list[Optional[float]]:
     """For each sample, the host's CPU busy %: the mean of its per-core ``cpu.{i}.cpu_percent``."""
+    columns = run.columns
+    cores = [key for key in columns if _core(key) is not None]  # no column made for the rest
+    if cores and columns.length == len(run) and all(columns.full(key) for key in cores):
+        n = len(cores)
+        return [sum(values) / n for values in zip(*(columns[key] for key in cores))]
     total = [0.0] * len(run)
     count = [0] * len(run)
-    for key, column in run.columns.items():
-        g = _core(key)
-        if g is None:
-            continue
-        for j, v in enumerate(column):
+    for key in cores:
+        for j, v in enumerate(columns[key]):
             if v == v:
                 total[j] += v
                 count[j] += 1
@@ -191,10 +193,10 @@ def node_runs(run: Run) -> tuple[dict[int, Run], bool]:
     and steps. Empty where the run has neither, or one node only.
     """
     gathered: dict[int, dict[str, array[float]]] = {}
-    for key, column in run.columns.items():
+    for key in run.columns:  # a key's column is made only where it is used
         split = split_node(key)
         if split is not None and split.node is not None:
-            gathered.setdefault(split.node, {})[split.key] = column
+            gathered.setdefault(split.node, {})[split.key] = run.columns[key]
     if len(gathered) >= 2:
         out = {}
         for k, columns in sorted(gathered.items()):

@@ -235,7 +235,7 @@ def _coincided(
                 said.append(f"GPU {i} slowed by {words} in {share:.0%} of them")
                 evidence[f"gpu{i}_throttle_{reason}_share"] = share
     best: Optional[tuple[float, str, float, float, str]] = None
-    for key, column in run.columns.items():
+    for key in run.columns:  # a key's column is made only where it is used
         d = family(key)
         if (
             d is None
@@ -246,6 +246,7 @@ def _coincided(
             or split_node(key) is not None
         ):
             continue
+        column = run.columns[key]
         during_values, rest_values = present(column, slow), present(column, rest)
         if not during_values or not rest_values:
             continue
