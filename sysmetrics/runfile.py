@@ -636,7 +636,7 @@ def _fast_sample(
     if (b"true" in raw or b"false" in raw) and not set(map(type, values)) <= _NUMBERS:
         return False
     try:
-        row = array("d", values)
+        row = array("d", list(values))  # from a list: twice as fast as from a view
     except (OverflowError, TypeError):  # an integer over a float's range; not a number
         return False
     total = sum(row)
