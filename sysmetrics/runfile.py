@@ -243,6 +243,7 @@ class Columns(MutableMapping[str, "array[float]"]):
     def __init__(self, length: int = 0) -> None:
         self.length = length  # samples
         self._data: dict[str, _Stored] = {}
+        self._settled = -1  # the length at the last finish(), -1 after a column is set since
 
     @classmethod
     def of(cls, columns: Mapping[str, array[float]]) -> Columns:
@@ -275,6 +276,7 @@ class Columns(MutableMapping[str, "array[float]"]):
         return stored
 
     def __setitem__(self, key: str, column: array[float]) -> None:
+        self._settled = -1
         if not isinstance(column, array) or column.typecode != "d":
             column = array("d", column)
         if 2 * _present(column) >= self.length:
@@ -327,13 +329,20 @@ class Columns(MutableMapping[str, "array[float]"]):
         return total
 
     def finish(self) -> None:
-        """Store each key by its density now that every sample is in (after the last add)."""
+        """Store each key by its density now that every sample is in (after the last add).
+
+        Nothing to do where no sample was added and no column set since the last (a report
+        pads its run once on reading and again in the findings).
+        """
+        if self._settled == self.length:
+            return
         for key, stored in list(self._data.items()):
             if isinstance(stored, tuple):
                 if 2 * len(stored[1]) >= self.length:
                     self._data[key] = self[key]
             elif len(stored) != self.length or _NAN_BYTES in stored.tobytes():
                 self[key] = self[key]  # padded, then kept dense or made sparse
+        self._settled = self.length
 
 
 class Run:

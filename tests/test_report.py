@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 pytest.importorskip("matplotlib", reason="needs the [report] extra")
 
 from sysmetrics import _optional, report
-from sysmetrics.report import drawing
 from sysmetrics.findings import Run, read_run
+from sysmetrics.report import drawing
 from sysmetrics.runfile import read_runs
 from tests import debian
 from tests.test_record import WORKLOAD

@@ -515,3 +515,25 @@ def test_columns_full_says_whether_every_sample_has_the_key() -> None:
     assert not any(columns.full(k) for k in ("hole", "odd", "sparse", "unknown"))
     columns.length = 5  # a sample more, which no key has yet
     assert not columns.full("full")
+
+
+def test_a_second_pad_with_nothing_added_changes_nothing_and_a_set_column_is_stored_again() -> None:
+    """``Columns.finish`` (``Run.pad``) skips its pass where no sample was added and no
+    column set since the last (the report pads on reading and in the findings); a column
+    set since, or a sample added, is stored by its density again."""
+    from array import array
+
+    nan = float("nan")
+    run = runfile.Run()
+    for n in range(10):
+        run.add({"cpu": float(n)} if n < 8 else {"cpu": float(n), "late": 1.0})
+    run.pad()
+    assert isinstance(run.columns._data["late"], tuple)  # 2 of 10: sparse
+    run.pad()
+    assert run.columns["cpu"].tolist() == [float(n) for n in range(10)]
+    run.columns["late"] = array("d", [1.0] * 9 + [nan])  # set since: dense now
+    assert not isinstance(run.columns._data["late"], tuple)
+    run.add({"cpu": 10.0})  # a sample added: padded at the next pad
+    run.pad()
+    assert len(run.columns["late"]) == 11 and run.columns.full("cpu")
+    assert not run.columns.full("late")

@@ -36,6 +36,8 @@ MAX_PANELS = 8  # panels (one per unit) per figure at most
 MAX_FIGURES = 24  # figures per report at most
 MAX_LABEL_CHARS = 60  # characters of a key in a figure's legend at most
 MAX_TITLE_CHARS = 100  # characters of a figure's title at most
+PNG_COMPRESS_LEVEL = 3  # zlib level of the PNGs (1-9): the same pixels as 6, the default,
+# in 60 % of its time, the PNGs about 9 % larger
 # figures() draws a figure on its last one of as many panels, cleared (_clear): making
 # matplotlib's panels and ticks anew took half its time. The PNGs are the same pixel for
 # pixel (tests/test_report.py); tests that look at each figure after drawing turn it off.
@@ -221,7 +223,7 @@ def _figure_png(
     axes[0].set_title(_cut(f"{heading}: {name}" if name else heading, MAX_TITLE_CHARS))
     axes[-1].set_xlabel(ax.label)
     out = io.BytesIO()
-    fig.savefig(out, format="png")
+    fig.savefig(out, format="png", pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
     return out.getvalue()
 
 
