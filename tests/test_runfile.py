@@ -479,9 +479,9 @@ _VALUE = st.one_of(
 def test_the_block_reader_keeps_what_add_keeps(
     tmp_path: Path, samples: list[dict[str, Any]]
 ) -> None:
-    """Lines are read in blocks without a per-value type check where the line has no
-    ``true``/``false``: the columns are still :meth:`Run.add`'s, value for value (bools,
-    strings, None, inf, NaN and integers past a float dropped; keys named ``true`` too)."""
+    """Lines of all-number values are read in blocks (``_fast_sample``): the columns are
+    still :meth:`Run.add`'s, value for value (bools, which ``array`` would take as numbers,
+    strings, None, inf, NaN and integers past a float dropped; keys named ``true`` kept)."""
     path = tmp_path / "run.jsonl"
     with path.open("w") as f:
         for n, m in enumerate(samples):
