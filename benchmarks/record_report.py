@@ -168,7 +168,8 @@ def _report_once(path: str, out: str, src: str | None) -> tuple[float, list[str]
     """
     env = None if src is None else {**os.environ, "PYTHONPATH": src}
     t = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", REPORT, path, out],
+    # In src: "python -c" imports from its working directory first, before PYTHONPATH.
+    done = subprocess.run([sys.executable, "-c", REPORT, path, out], cwd=src,
                           check=True, capture_output=True, text=True, env=env)  # fmt: skip
     return time.perf_counter() - t, done.stdout.split()
 

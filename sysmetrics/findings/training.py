@@ -21,6 +21,7 @@ from sysmetrics.findings._base import (
     gpu_indices,
     intervals,
     mean,
+    once,
     parts,
     present,
     rates,
@@ -78,6 +79,10 @@ class _Steps(NamedTuple):
 
 def _steps(run: Run) -> _Steps:
     """The stretches of unchanged step and the seconds per step between changes (one pass)."""
+    return once("steps", run, _make_steps)
+
+
+def _make_steps(run: Run) -> _Steps:
     stretches: list[_Stretch] = []
     per_step: list[_Pace] = []
     for part in parts(run):
