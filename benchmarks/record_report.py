@@ -22,6 +22,9 @@ in one run:
    file's size above the interpreter's own (imports) RSS.
 
 ``--cases`` picks among ``record``, ``day``, ``sparse`` and ``sparse-day`` (all by default).
+``--repeat N`` reports each file N times and prints the fastest (a loaded machine);
+``--against DIR`` also reports each file with the sysmetrics tree in DIR (``git archive
+REV sysmetrics | tar -x -C DIR``), by turns with this one: before and after in one run.
 """
 
 from __future__ import annotations
@@ -158,15 +161,40 @@ print(f"{phases} {base} {rss()} {len(pngs)} {len(page)} {len(run)} {len(run.colu
 """
 
 
-def report(path: str, label: str) -> None:
-    """``report`` of the file at ``path`` in a fresh interpreter: print its figures."""
-    size = os.path.getsize(path) / 2**20
-    out = path + ".html"
+def _report_once(path: str, out: str, src: str | None) -> tuple[float, list[str]]:
+    """Wall time and printed fields of one report in a fresh interpreter.
+
+    ``src`` is the sysmetrics tree it imports (this one where None).
+    """
+    env = None if src is None else {**os.environ, "PYTHONPATH": src}
     t = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", REPORT, path, out],
-                          check=True, capture_output=True, text=True)  # fmt: skip
-    wall = time.perf_counter() - t
-    fields = done.stdout.split()
+    # In src: "python -c" imports from its working directory first, before PYTHONPATH.
+    done = subprocess.run([sys.executable, "-c", REPORT, path, out], cwd=src,
+                          check=True, capture_output=True, text=True, env=env)  # fmt: skip
+    return time.perf_counter() - t, done.stdout.split()
+
+
+def report(path: str, label: str, against: str | None = None, repeat: int = 1) -> None:
+    """``report`` of the file at ``path`` in a fresh interpreter: print its figures.
+
+    ``repeat`` times, the fastest printed (a loaded machine); with ``against`` (a folder
+    holding another sysmetrics tree, e.g. ``git archive`` of an earlier commit), that
+    tree's report of the same file too, run by turns with this one: before and after.
+    """
+    out = path + ".html"
+    trees = [None] if against is None else [against, None]
+    best: dict[str | None, tuple[float, list[str]]] = {}
+    for _ in range(repeat):
+        for src in trees:
+            took = _report_once(path, out, src)
+            if src not in best or took[0] < best[src][0]:
+                best[src] = took
+    for src in trees:
+        _print_report(path, label + ("" if src is None else f" [the tree at {src}]"), *best[src])
+
+
+def _print_report(path: str, label: str, wall: float, fields: list[str]) -> None:
+    size = os.path.getsize(path) / 2**20
     imports, read, series, found, draw, render = map(float, fields[:6])
     base, peak = float(fields[6]), float(fields[7])
     figures, page, samples, keys = map(int, fields[8:])
@@ -185,6 +213,16 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--samples", type=int, default=86_400)
     parser.add_argument("--cases", default="record,day,sparse,sparse-day")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="report each file this many times; the fastest is printed",
+    )
+    parser.add_argument("--against", metavar="DIR",
+                        help="also report each file with the sysmetrics tree in DIR, by turns "
+                        "with this one (before and after: git archive REV sysmetrics | tar -x "
+                        "-C DIR)")  # fmt: skip
     args = parser.parse_args()
     cases = args.cases.split(",")
     with tempfile.TemporaryDirectory() as tmp:
@@ -201,17 +239,20 @@ def main() -> None:
             t = time.perf_counter()
             generate(path, args.samples, args.gpus)
             took = time.perf_counter() - t
-            report(path, f"a day at 1 s, {args.gpus} GPU(s) (generated in {took:.0f} s)")
+            report(path, f"a day at 1 s, {args.gpus} GPU(s) (generated in {took:.0f} s)",
+                   args.against, args.repeat)  # fmt: skip
             os.unlink(path)
         if "sparse" in cases:
             path = os.path.join(tmp, "sparse.jsonl")
             generate_sparse(path, 20_000, 10_000, 10)
-            report(path, "10,000 keys that come and go (10 samples each)")
+            report(path, "10,000 keys that come and go (10 samples each)", args.against,
+                   args.repeat)  # fmt: skip
             os.unlink(path)
         if "sparse-day" in cases:
             path = os.path.join(tmp, "sparse-day.jsonl")
             generate_sparse(path, 86_400, 10_000, 60)
-            report(path, "a day at 1 s of 10,000 keys that come and go (60 samples each)")
+            report(path, "a day at 1 s of 10,000 keys that come and go (60 samples each)",
+                   args.against, args.repeat)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -881,3 +881,30 @@ def test_the_first_steps_warm_up_is_not_slow_steps(tmp_path: Path) -> None:
     seconds = [0.036] + [0.0077] * 15
     assert not [f for f in found_in(tmp_path, [{"step.seconds": s} for s in seconds])
                 if f.rule == "slow-steps"]  # fmt: skip
+
+
+def test_what_rules_derive_from_a_run_is_made_once_per_findings_call_and_not_kept() -> None:
+    """``_base.once`` inside ``memo()`` (one ``findings()`` call): ``_steps``, ``parts`` and
+    ``host_cpu`` are made once however many rules use them; outside it, or in the next
+    call (a live caller's run has grown), they are made again: nothing kept on the run."""
+    from sysmetrics.findings import _base
+
+    run = fd.Run()
+    for n in range(5):
+        run.add({"cpu": 1.0}, 1e9 + n, float(n), n)
+    made: list[int] = []
+
+    def make(r: fd.Run) -> int:
+        made.append(len(r))
+        return len(r)
+
+    with _base.memo():
+        assert _base.once("x", run, make) == 5 and _base.once("x", run, make) == 5
+        other = fd.Run()
+        assert _base.once("x", other, make) == 0  # another run: its own
+    assert made == [5, 0]
+    run.add({"cpu": 1.0}, 1e9 + 5, 5.0, 5)
+    assert _base.once("x", run, make) == 6 and _base.once("x", run, make) == 6
+    assert made == [5, 0, 6, 6]  # outside memo(): made at each call
+    assert _base._MEMO.get() is None
+    assert fd.findings(run) == fd.findings(run)

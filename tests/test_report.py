@@ -6,6 +6,7 @@ The page is opened in headless Chromium (Debian's ``chromium``, installed under 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -24,6 +25,7 @@ pytest.importorskip("matplotlib", reason="needs the [report] extra")
 
 from sysmetrics import _optional, report
 from sysmetrics.findings import Run, read_run
+from sysmetrics.report import drawing
 from sysmetrics.runfile import read_runs
 from tests import debian
 from tests.test_record import WORKLOAD
@@ -639,6 +641,7 @@ def drawn_figure(run: Run, group: str, **kwargs: Any) -> Any:
     Kept.made = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_optional, "matplotlib_figure", lambda: Kept)
+        patch.setattr(drawing, "_REUSE_FIGURES", False)  # a figure of its own per group
         pngs = report.figures(run, **kwargs)
     return Kept.made[list(pngs).index(group)]
 
@@ -679,7 +682,8 @@ def test_json_document_schema(recorded: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert not recorded.with_suffix(".html").exists()
-    assert set(doc) == {"schema", "files", "x", "findings", "nodes"}
+    assert set(doc) == {"schema", "files", "x", "left_out", "findings", "nodes"}
+    assert doc["left_out"] == []
     assert (doc["schema"], doc["files"], doc["x"]) == (
         "sysmetrics.report/1",
         [str(recorded)],
@@ -987,3 +991,75 @@ def test_many_stalls_are_bounded_in_words(tmp_path: Path) -> None:
     assert "; 20 shorter stalls, 4 min 31 s in all" in page  # 20 x 12.5 s + 20.8 s
     figure = drawn_figure(run, "CPU")
     assert len(figure.axes[0].texts) == report.MAX_STALLS_SAID
+
+
+def test_a_figure_drawn_on_a_reused_one_is_the_same_pixel_for_pixel(tmp_path: Path) -> None:
+    """``figures()`` draws each figure on the last one of as many panels, cleared (the
+    8-GPU day's 13 figures took half their time making panels and ticks anew): every
+    PNG is pixel for pixel the one a new figure gives, with stalls, step ticks, finding
+    marks, point markers, flags, a flat line, an all-zero key and recordings appended."""
+    from matplotlib.image import imread
+
+    from sysmetrics.findings import Finding
+    from sysmetrics.runfile import Span
+
+    samples: list[dict[str, Any]] = []
+    steps: list[int] = []
+    step = 0
+    for n in range(600):
+        step += 0 if 200 <= n < 260 else 1  # a stall: steps are drawn by time there
+        m = {"cpu": 50 + 10 * math.sin(n / 20), "memory": 40.0, "disk.in": 5.0 * n,
+             "gpu.0.gpu": 0.0, "gpu.0.temp": 70 + 0.001 * (n % 3),
+             "gpu.0.throttle.thermal": float(n % 100 < 5), "step.seconds": 0.5 + (n % 50 == 0),
+             "step.dataWaitPercent": 10.0 + n % 7, "proc.memory.rssMB": 2000.0 + n}  # fmt: skip
+        if n % 7 == 0:
+            m["proc.memory.pssMB"] = 1500.0 + n  # measured every 7th sample: marked
+        if 100 <= n < 130:
+            m["proc.child.7.cpu"] = 12.0
+        samples.append(m)
+        steps.append(step)
+    path = tmp_path / "r.jsonl"
+    with path.open("w") as f:
+        for n, (m, s) in enumerate(zip(samples, steps)):
+            f.write(json.dumps({"time": 1e9 + n, "monotonic": 5.0 + n, "step": s, "metrics": m}))
+            f.write("\n")
+    run = read_run(path)
+    found = [Finding("input-bound", "words", {}, Span("step", 300, 400))]
+    for x in report.AXES:
+        reused = report.figures(run, x=x, found=found)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(drawing, "_REUSE_FIGURES", False)
+            new = report.figures(run, x=x, found=found)
+        assert list(reused) == list(new) and len(new) >= 5
+        counts = [len(drawing._panels(ms)) for ms in [[s for s in report.series(run)
+                  if s.group == g] for g in new]]  # fmt: skip
+        assert len(counts) > len(set(counts))  # some figures were drawn on a reused one
+        for group in new:
+            a, b = (imread(io.BytesIO(pngs[group]), format="png") for pngs in (reused, new))
+            assert a.shape == b.shape and np.array_equal(a, b), (x, group)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.floats(allow_infinity=False), st.just(math.nan)), min_size=1,
+             max_size=30),
+    st.lists(st.one_of(st.floats(-5, 5), st.just(math.nan)), min_size=29, max_size=29),
+)  # fmt: skip
+def test_vectorized_rates_are_counter_rates(values: list[float], seconds: list[float]) -> None:
+    """``_rates`` (numpy, one pass) gives :func:`counter_rate`'s rate at every interval, NaN
+    where it gives none, and the increase over the intervals that have a rate."""
+    from sysmetrics.descriptions import counter_rate
+    from sysmetrics.report.data import _rates
+
+    column = np.array(values)
+    dt = np.array(seconds[: len(values) - 1])
+    with np.errstate(all="ignore"):
+        rates, total = _rates(column, dt)
+    expected = [counter_rate(a, b, t) for a, b, t in zip(values, values[1:], dt.tolist())]
+    assert math.isnan(rates[0]) and len(rates) == len(values)
+    for got, want in zip(rates[1:].tolist(), expected):
+        assert (math.isnan(got) and want is None) or got == want
+    ok = np.array([r is not None for r in expected], dtype=bool)
+    with np.errstate(all="ignore"):
+        want_total = float(np.diff(column)[ok].sum())  # the sum as it was made before
+    assert total == want_total or (math.isnan(total) and math.isnan(want_total))

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,3 +145,60 @@ def test_keys_past_the_summary_tables_rows_are_said(tmp_path: Path) -> None:
     page = out.read_text()
     assert f"10 more keys are not in the table (at most {MAX_ROWS} rows, MAX_ROWS)" in page
     assert "custom.k0500 to custom.k0509." in page
+
+
+def test_json_says_what_the_reader_left_out(tmp_path: Path) -> None:
+    """``--json`` carries ``left_out`` (the reader's sentences, as on stderr): a script
+    reading only the document learns of the lines skipped and keys dropped too."""
+    path = tmp_path / "run.jsonl"
+    lines = [runfile.run_line(node=0, pid=1, start=1_800_000_000.0)]
+    lines += [runfile.sample_line(1_800_000_000 + n, n, n, {"cpu": 1.0}) for n in range(20)]
+    lines.insert(5, b"not json at all\n")
+    path.write_bytes(b"".join(lines))
+    done = subprocess.run(
+        [sys.executable, "-m", "sysmetrics", "report", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    said = f"{path}: 1 lines that are no run-file record (cut short, or not JSON) were skipped"
+    assert doc["left_out"] == [said]
+    assert said in done.stderr
+    clean = tmp_path / "clean.jsonl"
+    clean.write_bytes(b"".join(lines[:5] + lines[6:]))
+    done = subprocess.run(
+        [sys.executable, "-m", "sysmetrics", "report", str(clean), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["left_out"] == []
+
+
+def test_the_findings_make_no_full_column_of_each_sparse_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30, item 4 (b): the findings looped over ``run.columns.items()``, which makes
+    each sparse key's full column (samples x 8 bytes, one Python loop over its values) for
+    rules that look at a few families only: a day of 10,000 keys that come and go spent
+    1.8 s there. Now a key's column is made only where a rule uses it."""
+    from sysmetrics.findings import findings
+
+    run = read_run(sparse_file(tmp_path / "run.jsonl", 4000, 2000))
+    made: list[str] = []
+    real = runfile.Columns.__getitem__
+
+    def counted(self: runfile.Columns, key: str) -> Any:
+        if isinstance(self._data.get(key), tuple):
+            made.append(key)
+        return real(self, key)
+
+    monkeypatch.setattr(runfile.Columns, "__getitem__", counted)
+    findings(run)
+    assert sum(isinstance(v, tuple) for v in run.columns._data.values()) == 2000
+    assert len(made) <= 10, f"{len(made)} sparse columns made, e.g. {made[:3]}"

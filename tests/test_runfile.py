@@ -464,3 +464,76 @@ def test_any_files_read_as_one_run_or_a_clear_refusal(
     assert sum(len(part) for _, part in run.by_node()) == len(run)
     assert all(-1 <= r < len(run.recordings) for r in run.recording)
     assert all(len(c) == len(run) for c in run.columns.values())
+
+
+_VALUE = st.one_of(
+    st.booleans(), st.none(), st.floats(), st.integers(-(2**70), 2**70), st.text(max_size=3)
+)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.dictionaries(st.sampled_from(["cpu", "true", "false", "gpu.0.gpu"]), _VALUE,
+                                max_size=4), max_size=12))  # fmt: skip
+def test_the_block_reader_keeps_what_add_keeps(
+    tmp_path: Path, samples: list[dict[str, Any]]
+) -> None:
+    """Lines of all-number values are read in blocks (``_fast_sample``): the columns are
+    still :meth:`Run.add`'s, value for value (bools, which ``array`` would take as numbers,
+    strings, None, inf, NaN and integers past a float dropped; keys named ``true`` kept)."""
+    path = tmp_path / "run.jsonl"
+    with path.open("w") as f:
+        for n, m in enumerate(samples):
+            f.write(json.dumps({"time": 1e9 + n, "step": n, "metrics": m}) + "\n")
+    run = read_run(path)
+    model = runfile.Run()
+    for n, m in enumerate(samples):
+        model.add(m, 1e9 + n, None, n)
+    model.pad()
+    assert len(run) == len(model) and sorted(run.columns) == sorted(model.columns)
+    for key in model.columns:
+        got, want = run.columns[key].tolist(), model.columns[key].tolist()
+        assert [v if v == v else None for v in got] == [v if v == v else None for v in want]
+
+
+def test_columns_full_says_whether_every_sample_has_the_key() -> None:
+    """``Columns.full`` (used by the findings to skip value-by-value loops): True only where
+    every sample has a value; a NaN of any bit pattern, padding or a short column is not."""
+    from array import array
+
+    nan = float("nan")
+    other_nan = array("d", array("Q", [0xFFF8000000000001]).tobytes())[0]
+    assert other_nan != other_nan
+    columns = runfile.Columns(4)
+    columns["full"] = array("d", [1.0, 2.0, 3.0, 4.0])
+    columns["hole"] = array("d", [1.0, nan, 3.0, 4.0])
+    columns["odd"] = array("d", [1.0, other_nan, 3.0, 4.0])
+    columns["inf"] = array("d", [1.0, float("inf"), 3.0, 4.0])
+    columns["sparse"] = array("d", [nan, nan, nan, 4.0])
+    assert columns.full("full") and columns.full("inf")
+    assert not any(columns.full(k) for k in ("hole", "odd", "sparse", "unknown"))
+    columns.length = 5  # a sample more, which no key has yet
+    assert not columns.full("full")
+
+
+def test_a_second_pad_with_nothing_added_changes_nothing_and_a_set_column_is_stored_again() -> None:
+    """``Columns.finish`` (``Run.pad``) skips its pass where no sample was added and no
+    column set since the last (the report pads on reading and in the findings); a column
+    set since, or a sample added, is stored by its density again."""
+    from array import array
+
+    nan = float("nan")
+    run = runfile.Run()
+    for n in range(10):
+        run.add({"cpu": float(n)} if n < 8 else {"cpu": float(n), "late": 1.0})
+    run.pad()
+    assert isinstance(run.columns._data["late"], tuple)  # 2 of 10: sparse
+    run.pad()
+    assert run.columns["cpu"].tolist() == [float(n) for n in range(10)]
+    run.columns["late"] = array("d", [1.0] * 9 + [nan])  # set since: dense now
+    assert not isinstance(run.columns._data["late"], tuple)
+    run.add({"cpu": 10.0})  # a sample added: padded at the next pad
+    run.pad()
+    assert len(run.columns["late"]) == 11 and run.columns.full("cpu")
+    assert not run.columns.full("late")

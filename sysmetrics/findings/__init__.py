@@ -32,6 +32,7 @@ from typing import Callable
 
 from sysmetrics.findings._base import MIN_SAMPLES as MIN_SAMPLES
 from sysmetrics.findings._base import Finding as Finding
+from sysmetrics.findings._base import memo
 from sysmetrics.findings.cpu import CONTENTION_HOST_PERCENT as CONTENTION_HOST_PERCENT
 from sysmetrics.findings.cpu import CONTENTION_JOB_MEMORY_SHARE as CONTENTION_JOB_MEMORY_SHARE
 from sysmetrics.findings.cpu import CONTENTION_JOB_PERCENT as CONTENTION_JOB_PERCENT
@@ -119,6 +120,11 @@ def findings(run: Run) -> list[Finding]:
     :meth:`Run.add`, as a live caller's, has columns shorter than the run where the
     latest samples lack a key; the rules index every column by sample).
     """
+    with memo():  # what several rules derive from a run is made once
+        return _findings(run)
+
+
+def _findings(run: Run) -> list[Finding]:
     run.pad()
     nodes = run.by_node()
     out: list[Finding] = []

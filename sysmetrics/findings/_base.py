@@ -6,12 +6,14 @@ rules run on a partial run during training, so nothing is quadratic in the sampl
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import statistics
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional, TypeVar
 
 from sysmetrics.descriptions import counter_rate, gpu_key, split_node
 from sysmetrics.runfile import Run, Span
@@ -52,6 +54,36 @@ def weighted(pairs: Iterable[tuple[float, float]]) -> float:
     return total / weight if weight > 0 else _NAN
 
 
+_T = TypeVar("_T")
+# What several rules derive from one run, made once within one findings() call (never kept
+# on the run, which a live caller grows): (name, id(run)) -> (run, what was made).
+_MEMO: contextvars.ContextVar[Optional[dict[tuple[str, int], tuple[Run, Any]]]] = (
+    contextvars.ContextVar("sysmetrics_findings_memo", default=None)
+)
+
+
+@contextlib.contextmanager
+def memo() -> Iterator[None]:
+    """Within it, :func:`once` makes each thing of a run once (one findings() call)."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
+def once(name: str, run: Run, make: Callable[[Run], _T]) -> _T:
+    """``make(run)``, made once within :func:`memo` (the run is held: its id stays its own)."""
+    made = _MEMO.get()
+    if made is None:
+        return make(run)
+    key = (name, id(run))
+    if key not in made:
+        made[key] = (run, make(run))
+    result: _T = made[key][1]
+    return result
+
+
 def parts(run: Run) -> list[list[int]]:
     """The samples of each recording of each node, in order: one clock and one step count.
 
@@ -59,6 +91,10 @@ def parts(run: Run) -> list[list[int]]:
     nodes' samples interleave in a file they share; every rule that compares one
     sample with the previous one does so inside a part.
     """
+    return once("parts", run, _parts)
+
+
+def _parts(run: Run) -> list[list[int]]:
     out: dict[tuple[Optional[int], int], list[int]] = {}
     for j, key in enumerate(zip(run.node, run.recording)):
         out.setdefault(key, []).append(j)
@@ -105,13 +141,19 @@ def rates(run: Run, key: str) -> list[Optional[float]]:
 
 def host_cpu(run: Run) -> list[Optional[float]]:
     """For each sample, the host's CPU busy %: the mean of its per-core ``cpu.{i}.cpu_percent``."""
+    return once("host_cpu", run, _host_cpu)
+
+
+def _host_cpu(run: Run) -> list[Optional[float]]:
+    columns = run.columns
+    cores = [key for key in columns if _core(key) is not None]  # no column made for the rest
+    if cores and columns.length == len(run) and all(columns.full(key) for key in cores):
+        n = len(cores)
+        return [sum(values) / n for values in zip(*(columns[key] for key in cores))]
     total = [0.0] * len(run)
     count = [0] * len(run)
-    for key, column in run.columns.items():
-        g = _core(key)
-        if g is None:
-            continue
-        for j, v in enumerate(column):
+    for key in cores:
+        for j, v in enumerate(columns[key]):
             if v == v:
                 total[j] += v
                 count[j] += 1
@@ -191,10 +233,10 @@ def node_runs(run: Run) -> tuple[dict[int, Run], bool]:
     and steps. Empty where the run has neither, or one node only.
     """
     gathered: dict[int, dict[str, array[float]]] = {}
-    for key, column in run.columns.items():
+    for key in run.columns:  # a key's column is made only where it is used
         split = split_node(key)
         if split is not None and split.node is not None:
-            gathered.setdefault(split.node, {})[split.key] = column
+            gathered.setdefault(split.node, {})[split.key] = run.columns[key]
     if len(gathered) >= 2:
         out = {}
         for k, columns in sorted(gathered.items()):

@@ -128,11 +128,11 @@ def _machine_outlier(nodes: dict[int, Run]) -> list[Finding]:
     """Without step keys: a node's mean CPU or GPU utilization far from the median node's."""
     values: dict[str, dict[int, list[float]]] = {"cpu": {}, "gpu": {}}
     for k, part in nodes.items():
-        for key, column in part.columns.items():
+        for key in part.columns:  # a key's column is made only where it is used
             d = family(key)
             kind = None if d is None else _NODE_FAMILIES.get(d.key)
             if kind is not None:
-                values[kind].setdefault(k, []).extend(v for v in column if v == v)
+                values[kind].setdefault(k, []).extend(v for v in part.columns[key] if v == v)
     out = []
     for kind, by_node in values.items():
         means = {k: mean(v) for k, v in by_node.items() if len(v) >= MIN_SAMPLES}

@@ -21,6 +21,7 @@ from sysmetrics.findings._base import (
     gpu_indices,
     intervals,
     mean,
+    once,
     parts,
     present,
     rates,
@@ -78,6 +79,10 @@ class _Steps(NamedTuple):
 
 def _steps(run: Run) -> _Steps:
     """The stretches of unchanged step and the seconds per step between changes (one pass)."""
+    return once("steps", run, _make_steps)
+
+
+def _make_steps(run: Run) -> _Steps:
     stretches: list[_Stretch] = []
     per_step: list[_Pace] = []
     for part in parts(run):
@@ -235,7 +240,7 @@ def _coincided(
                 said.append(f"GPU {i} slowed by {words} in {share:.0%} of them")
                 evidence[f"gpu{i}_throttle_{reason}_share"] = share
     best: Optional[tuple[float, str, float, float, str]] = None
-    for key, column in run.columns.items():
+    for key in run.columns:  # a key's column is made only where it is used
         d = family(key)
         if (
             d is None
@@ -246,6 +251,7 @@ def _coincided(
             or split_node(key) is not None
         ):
             continue
+        column = run.columns[key]
         during_values, rest_values = present(column, slow), present(column, rest)
         if not during_values or not rest_values:
             continue

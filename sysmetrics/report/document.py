@@ -6,6 +6,8 @@ version)::
     {"schema": "sysmetrics.report/1",
      "files": [path, ...],                 the run files, as given
      "x": "step" | "time",                 the axis stalls are placed on
+     "left_out": [str, ...],               what the reader left out of the files, in
+                                            sentences (Run.left_out; empty: nothing)
      "findings": [                          across nodes first, then each node's
         {"rule": str, "sentence": str, "evidence": {name: number},
          "span": {"axis": "step" | "time", "first": number, "last": number} | null,
@@ -117,6 +119,7 @@ def document(
         "schema": SCHEMA,
         "files": [os.fspath(f) for f in files],
         "x": x,
+        "left_out": list(run.left_out),
         "findings": listed,
         "nodes": [_node_json(node, part, run.files.get(node), x) for node, part in nodes],
     }
