@@ -95,8 +95,8 @@ SCENARIOS: dict[str, Callable[[], tuple[bytes, bytes]]] = {
     # A host whose 4 cores are 98 % busy while the job gets 30 % of them (other tenants);
     # quiet: the host 40 % busy, the job the same 30 %.
     "contention": lambda: (
-        recording([{"cpu": 30.0, **{f"cpu.{i}.cpu_percent": 98.0 for i in range(4)}}] * N, 4.0),
-        recording([{"cpu": 30.0, **{f"cpu.{i}.cpu_percent": 40.0 for i in range(4)}}] * N, 4.0),
+        recording([{"cpu": 30.0, **{f"cpu.{i}.cpu_percent": 98.0 for i in range(4)}}] * N, cpus=4.0),
+        recording([{"cpu": 30.0, **{f"cpu.{i}.cpu_percent": 40.0 for i in range(4)}}] * N, cpus=4.0),
     ),
     # The job's memory at 95 % of its limit; quiet: 50 %.
     "memory-limit": lambda: (
