@@ -93,9 +93,9 @@ def test_a_rule_reads_its_declared_thresholds() -> None:
 
 
 def test_each_threshold_constant_is_its_fields_default() -> None:
-    """One home: the module constant and the thresholds' default are the same value."""
-    rule = next(r for r in REGISTRY if r.code == "stall")
-    assert rule.thresholds.seconds == fd.STALL_SECONDS  # type: ignore[attr-defined]
-    assert next(r for r in REGISTRY if r.code == "cpu-bound").thresholds.percent == (  # type: ignore[attr-defined]
-        fd.CPU_BOUND_PERCENT
-    )
+    """One home: each field's default is the constant it names, importable from findings."""
+    for rule in REGISTRY:
+        for f in dataclasses.fields(rule.thresholds):
+            constant = f.metadata["constant"]
+            assert getattr(fd, constant) == f.default, (rule.code, f.name, constant)
+            assert getattr(rule.thresholds, f.name) == f.default

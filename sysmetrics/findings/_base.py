@@ -67,14 +67,16 @@ class Finding:
     subject: Optional[Subject] = None
 
 
-def threshold(default: float, unit: str, help: str) -> Any:
-    """A field of a rule's thresholds: its ``default`` (the module's constant), unit, meaning.
+def threshold(default: float, constant: str, unit: str, help: str) -> Any:
+    """A field of a rule's thresholds: its ``default``, unit and meaning.
 
-    ``unit`` is ``%``, ``s``, ``MiB/s``, ``points`` (percentage points), ``share``
-    (0 to 1), ``times`` (a ratio), ``CPUs``, ``nodes`` or ``stalls``; ``help`` says what
-    the value bounds, for the docs' findings table.
+    ``default`` is the module-level constant named ``constant`` (importable from
+    :mod:`sysmetrics.findings`; ``tests/test_rules.py`` checks that they agree).
+    ``unit`` is ``%``, ``s``, ``MiB/s``, ``points`` (percentage points), ``share`` (0 to
+    1), ``times`` (a ratio), ``CPUs``, ``nodes`` or ``stalls``; ``help`` says what the
+    value bounds, for the docs' findings table.
     """
-    return field(default=default, metadata={"unit": unit, "help": help})
+    return field(default=default, metadata={"constant": constant, "unit": unit, "help": help})
 
 
 T = TypeVar("T")

@@ -36,21 +36,35 @@ CONTENTION_JOB_MEMORY_SHARE = 0.5  # ... with the job holding less than this sha
 class CpuBoundThresholds:
     """``cpu-bound``'s thresholds (defaults: the module's constants)."""
 
-    percent: float = threshold(CPU_BOUND_PERCENT, "%", "the job's cpu (of its CPUs) above this ...")
-    share: float = threshold(CPU_BOUND_SHARE, "share", "... in at least this share of the samples")
+    percent: float = threshold(
+        CPU_BOUND_PERCENT, "CPU_BOUND_PERCENT", "%", "the job's cpu (of its CPUs) above this ..."
+    )
+    share: float = threshold(
+        CPU_BOUND_SHARE, "CPU_BOUND_SHARE", "share", "... in at least this share of the samples"
+    )
 
 
 @dataclass(frozen=True)
 class SingleCoreThresholds:
     """``single-core``'s thresholds (defaults: the module's constants)."""
 
-    low: float = threshold(SINGLE_CORE_LOW, "CPUs", "the job's CPU use between this ...")
-    high: float = threshold(SINGLE_CORE_HIGH, "CPUs", "... and this (about one CPU's worth) ...")
+    low: float = threshold(
+        SINGLE_CORE_LOW, "SINGLE_CORE_LOW", "CPUs", "the job's CPU use between this ..."
+    )
+    high: float = threshold(
+        SINGLE_CORE_HIGH, "SINGLE_CORE_HIGH", "CPUs", "... and this (about one CPU's worth) ..."
+    )
     share: float = threshold(
-        SINGLE_CORE_SHARE, "share", "... in at least this share of the samples, with 2 or more CPUs"
+        SINGLE_CORE_SHARE,
+        "SINGLE_CORE_SHARE",
+        "share",
+        "... in at least this share of the samples, with 2 or more CPUs",
     )
     host_percent: float = threshold(
-        CONTENTION_HOST_PERCENT, "%", "samples where the host's CPU is above this are left out"
+        CONTENTION_HOST_PERCENT,
+        "CONTENTION_HOST_PERCENT",
+        "%",
+        "samples where the host's CPU is above this are left out",
     )
 
 
@@ -59,22 +73,40 @@ class ContentionThresholds:
     """``contention``'s thresholds (defaults: the module's constants)."""
 
     host_percent: float = threshold(
-        CONTENTION_HOST_PERCENT, "%", "the host's CPU (mean of its cores) above this ..."
+        CONTENTION_HOST_PERCENT,
+        "CONTENTION_HOST_PERCENT",
+        "%",
+        "the host's CPU (mean of its cores) above this ...",
     )
     job_percent: float = threshold(
-        CONTENTION_JOB_PERCENT, "%", "... while the job's cpu is below this ..."
+        CONTENTION_JOB_PERCENT,
+        "CONTENTION_JOB_PERCENT",
+        "%",
+        "... while the job's cpu is below this ...",
     )
     min_cpus: float = threshold(
-        CONTENTION_MIN_CPUS, "CPUs", "... and above this (the job works, not sleeps) ..."
+        CONTENTION_MIN_CPUS,
+        "CONTENTION_MIN_CPUS",
+        "CPUs",
+        "... and above this (the job works, not sleeps) ...",
     )
     share: float = threshold(
-        CONTENTION_SHARE, "share", "... in at least this share of the samples with both"
+        CONTENTION_SHARE,
+        "CONTENTION_SHARE",
+        "share",
+        "... in at least this share of the samples with both",
     )
     memory_percent: float = threshold(
-        CONTENTION_MEMORY_PERCENT, "%", "the host's memory above this ..."
+        CONTENTION_MEMORY_PERCENT,
+        "CONTENTION_MEMORY_PERCENT",
+        "%",
+        "the host's memory above this ...",
     )
     job_memory_share: float = threshold(
-        CONTENTION_JOB_MEMORY_SHARE, "share", "... with the job holding less than this share of it"
+        CONTENTION_JOB_MEMORY_SHARE,
+        "CONTENTION_JOB_MEMORY_SHARE",
+        "share",
+        "... with the job holding less than this share of it",
     )
 
 

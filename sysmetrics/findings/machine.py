@@ -41,14 +41,18 @@ _NAN = math.nan
 class MemoryLimitThresholds:
     """``memory-limit``'s threshold (default: the module's constant)."""
 
-    percent: float = threshold(MEMORY_PERCENT, "%", "proc.memory.percent peak above this")
+    percent: float = threshold(
+        MEMORY_PERCENT, "MEMORY_PERCENT", "%", "proc.memory.percent peak above this"
+    )
 
 
 @dataclass(frozen=True)
 class GpuMemoryLimitThresholds:
     """``gpu-memory-limit``'s threshold (default: the module's constant)."""
 
-    percent: float = threshold(GPU_MEMORY_PERCENT, "%", "gpu.{i}.memoryAllocated peak above this")
+    percent: float = threshold(
+        GPU_MEMORY_PERCENT, "GPU_MEMORY_PERCENT", "%", "gpu.{i}.memoryAllocated peak above this"
+    )
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,10 @@ class GpuThrottlingThresholds:
     """``gpu-throttling``'s threshold (default: the module's constant)."""
 
     share: float = threshold(
-        THROTTLE_SHARE, "share", "share of the samples with a throttle reason at 1, above this"
+        THROTTLE_SHARE,
+        "THROTTLE_SHARE",
+        "share",
+        "share of the samples with a throttle reason at 1, above this",
     )
 
 
@@ -64,11 +71,18 @@ class GpuThrottlingThresholds:
 class DiskBoundThresholds:
     """``disk-bound``'s thresholds (defaults: the module's constants)."""
 
-    read_mib_s: float = threshold(DISK_READ_MIB_S, "MiB/s", "disk read rate above this ...")
-    gpu_percent: float = threshold(
-        DISK_GPU_PERCENT, "%", "... while the job's GPU utilization is below this ..."
+    read_mib_s: float = threshold(
+        DISK_READ_MIB_S, "DISK_READ_MIB_S", "MiB/s", "disk read rate above this ..."
     )
-    share: float = threshold(DISK_SHARE, "share", "... in at least this share of the intervals")
+    gpu_percent: float = threshold(
+        DISK_GPU_PERCENT,
+        "DISK_GPU_PERCENT",
+        "%",
+        "... while the job's GPU utilization is below this ...",
+    )
+    share: float = threshold(
+        DISK_SHARE, "DISK_SHARE", "share", "... in at least this share of the intervals"
+    )
 
 
 @dataclass(frozen=True)
@@ -76,7 +90,10 @@ class SwapThresholds:
     """``swap``'s threshold (default: the module's constant)."""
 
     rise_points: float = threshold(
-        SWAP_RISE_POINTS, "points", "memory.swapPercent's rise from its first value to its peak"
+        SWAP_RISE_POINTS,
+        "SWAP_RISE_POINTS",
+        "points",
+        "memory.swapPercent's rise from its first value to its peak",
     )
 
 

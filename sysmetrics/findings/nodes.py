@@ -35,23 +35,43 @@ class StragglerThresholds:
     """``straggler-node``'s thresholds (defaults: the module's constants and the ones it shares)."""
 
     wait_points: float = threshold(
-        STRAGGLER_WAIT_POINTS, "points", "a node's data wait above the other nodes' median by this"
+        STRAGGLER_WAIT_POINTS,
+        "STRAGGLER_WAIT_POINTS",
+        "points",
+        "a node's data wait above the other nodes' median by this",
     )
     ratio: float = threshold(
-        STRAGGLER_RATIO, "times", "a node's seconds per step this many times the others' median"
+        STRAGGLER_RATIO,
+        "STRAGGLER_RATIO",
+        "times",
+        "a node's seconds per step this many times the others' median",
     )
     points: float = threshold(
-        STRAGGLER_POINTS, "points", "without step keys: a node's mean this far from the median's"
+        STRAGGLER_POINTS,
+        "STRAGGLER_POINTS",
+        "points",
+        "without step keys: a node's mean this far from the median's",
     )
     min_nodes: float = threshold(
-        STRAGGLER_MIN_NODES, "nodes", "without step keys: nodes needed to name the odd one out"
+        STRAGGLER_MIN_NODES,
+        "STRAGGLER_MIN_NODES",
+        "nodes",
+        "without step keys: nodes needed to name the odd one out",
     )
     cpu_percent: float = threshold(
-        INPUT_CPU_PERCENT, "%", "evidence: the node's cpu above this (saturated) ..."
+        INPUT_CPU_PERCENT,
+        "INPUT_CPU_PERCENT",
+        "%",
+        "evidence: the node's cpu above this (saturated) ...",
     )
-    cpu_share: float = threshold(INPUT_SHARE, "share", "... in at least this share of its samples")
+    cpu_share: float = threshold(
+        INPUT_SHARE, "INPUT_SHARE", "share", "... in at least this share of its samples"
+    )
     throttle_share: float = threshold(
-        THROTTLE_SHARE, "share", "evidence: a GPU throttled in more than this share of samples"
+        THROTTLE_SHARE,
+        "THROTTLE_SHARE",
+        "share",
+        "evidence: a GPU throttled in more than this share of samples",
     )
 
 

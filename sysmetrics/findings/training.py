@@ -60,25 +60,46 @@ class InputBoundThresholds:
     """``input-bound``'s thresholds (defaults: the module's constants)."""
 
     wait_percent: float = threshold(
-        INPUT_WAIT_PERCENT, "%", "with step keys: the steps' data wait above this ..."
+        INPUT_WAIT_PERCENT,
+        "INPUT_WAIT_PERCENT",
+        "%",
+        "with step keys: the steps' data wait above this ...",
     )
     span_share: float = threshold(
-        INPUT_SPAN_SHARE, "share", "... over a stretch of at least this share of the steps' seconds"
+        INPUT_SPAN_SHARE,
+        "INPUT_SPAN_SHARE",
+        "share",
+        "... over a stretch of at least this share of the steps' seconds",
     )
     cpu_percent: float = threshold(
-        INPUT_CPU_PERCENT, "%", "the job's cpu above this: saturated (the cause; without step keys)"
+        INPUT_CPU_PERCENT,
+        "INPUT_CPU_PERCENT",
+        "%",
+        "the job's cpu above this: saturated (the cause; without step keys)",
     )
     idle_percent: float = threshold(
-        INPUT_IDLE_PERCENT, "%", "the job's cpu below this while waiting: I/O or few workers"
+        INPUT_IDLE_PERCENT,
+        "INPUT_IDLE_PERCENT",
+        "%",
+        "the job's cpu below this while waiting: I/O or few workers",
     )
     disk_read_mib_s: float = threshold(
-        DISK_READ_MIB_S, "MiB/s", "a disk read rate above this while waiting: the disk"
+        DISK_READ_MIB_S,
+        "DISK_READ_MIB_S",
+        "MiB/s",
+        "a disk read rate above this while waiting: the disk",
     )
     gpu_percent: float = threshold(
-        INPUT_GPU_PERCENT, "%", "without step keys: the job's mean GPU utilization below this ..."
+        INPUT_GPU_PERCENT,
+        "INPUT_GPU_PERCENT",
+        "%",
+        "without step keys: the job's mean GPU utilization below this ...",
     )
     share: float = threshold(
-        INPUT_SHARE, "share", "... while its cpu is saturated in at least this share of samples"
+        INPUT_SHARE,
+        "INPUT_SHARE",
+        "share",
+        "... while its cpu is saturated in at least this share of samples",
     )
 
 
@@ -86,18 +107,33 @@ class InputBoundThresholds:
 class StallThresholds:
     """``stall``'s thresholds (defaults: the module's constants)."""
 
-    seconds: float = threshold(STALL_SECONDS, "s", "the step did not advance for at least this ...")
-    share: float = threshold(
-        STALL_SHARE, "share", "... or for this share of its recording's duration, at least ..."
+    seconds: float = threshold(
+        STALL_SECONDS, "STALL_SECONDS", "s", "the step did not advance for at least this ..."
     )
-    min_seconds: float = threshold(STALL_MIN_SECONDS, "s", "... this long; either way at least ...")
+    share: float = threshold(
+        STALL_SHARE,
+        "STALL_SHARE",
+        "share",
+        "... or for this share of its recording's duration, at least ...",
+    )
+    min_seconds: float = threshold(
+        STALL_MIN_SECONDS, "STALL_MIN_SECONDS", "s", "... this long; either way at least ..."
+    )
     step_times: float = threshold(
-        STALL_STEP_TIMES, "times", "... this many times the run's median seconds per step"
+        STALL_STEP_TIMES,
+        "STALL_STEP_TIMES",
+        "times",
+        "... this many times the run's median seconds per step",
     )
     idle_percent: float = threshold(
-        STALL_IDLE_PERCENT, "%", "the job's cpu and GPUs below this while stalled: a hang"
+        STALL_IDLE_PERCENT,
+        "STALL_IDLE_PERCENT",
+        "%",
+        "the job's cpu and GPUs below this while stalled: a hang",
     )
-    max_stalls: float = threshold(MAX_STALLS, "stalls", "stall findings at most (the longest)")
+    max_stalls: float = threshold(
+        MAX_STALLS, "MAX_STALLS", "stalls", "stall findings at most (the longest)"
+    )
 
 
 @dataclass(frozen=True)
@@ -105,19 +141,31 @@ class SlowStepsThresholds:
     """``slow-steps``' thresholds (defaults: the module's constants)."""
 
     factor: float = threshold(
-        SLOW_FACTOR, "times", "a step slower than this many times the run's median is slow ..."
+        SLOW_FACTOR,
+        "SLOW_FACTOR",
+        "times",
+        "a step slower than this many times the run's median is slow ...",
     )
     share: float = threshold(
-        SLOW_SHARE, "share", "... in at least this share of the samples (or step changes)"
+        SLOW_SHARE,
+        "SLOW_SHARE",
+        "share",
+        "... in at least this share of the samples (or step changes)",
     )
     spike_factor: float = threshold(
-        SPIKE_FACTOR, "times", "a key during the slow steps this many times its median coincided"
+        SPIKE_FACTOR,
+        "SPIKE_FACTOR",
+        "times",
+        "a key during the slow steps this many times its median coincided",
     )
     spike_points: float = threshold(
-        SPIKE_POINTS, "points", "... a % key: this many points above its median"
+        SPIKE_POINTS, "SPIKE_POINTS", "points", "... a % key: this many points above its median"
     )
     spike_disk_mib_s: float = threshold(
-        SPIKE_DISK_MIB_S, "MiB/s", "a disk read rate that coincides is at least this"
+        SPIKE_DISK_MIB_S,
+        "SPIKE_DISK_MIB_S",
+        "MiB/s",
+        "a disk read rate that coincides is at least this",
     )
 
 
