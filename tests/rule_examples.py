@@ -56,6 +56,11 @@ def stuck(before: int, held: int, after: int) -> list[Optional[int]]:
     return [*range(before), *[before] * held, *range(before + 1, before + 1 + after)]
 
 
+def host(busy: float, cores: int = 4) -> Metrics:
+    """The host's ``cores`` cores each ``busy`` % (``cpu.{i}.cpu_percent``)."""
+    return {f"cpu.{i}.cpu_percent": busy for i in range(cores)}
+
+
 def gathered(key: str, values: list[float], n: int = 20) -> list[Metrics]:
     """A callback's gather: ``node{k}/key`` at ``values[k]`` in each of ``n`` samples."""
     return [{f"node{k}/{key}": v for k, v in enumerate(values)}] * n
@@ -95,8 +100,8 @@ SCENARIOS: dict[str, Callable[[], tuple[bytes, bytes]]] = {
     # A host whose 4 cores are 98 % busy while the job gets 30 % of them (other tenants);
     # quiet: the host 40 % busy, the job the same 30 %.
     "contention": lambda: (
-        recording([{"cpu": 30.0, **{f"cpu.{i}.cpu_percent": 98.0 for i in range(4)}}] * N, cpus=4.0),
-        recording([{"cpu": 30.0, **{f"cpu.{i}.cpu_percent": 40.0 for i in range(4)}}] * N, cpus=4.0),
+        recording([{"cpu": 30.0, **host(98.0)}] * N, cpus=4.0),
+        recording([{"cpu": 30.0, **host(40.0)}] * N, cpus=4.0),
     ),
     # The job's memory at 95 % of its limit; quiet: 50 %.
     "memory-limit": lambda: (
