@@ -65,7 +65,7 @@ def main() -> None:
         print(f"  first tenth   {tenth_s:6.2f} s: whole / tenth = {all_s / tenth_s:.1f}")
         for rule in (*fd.RULES, *fd.NODE_RULES):
             rule_s, _ = timed(rule, run)
-            print(f"    {rule.__name__:<15} {rule_s:6.3f} s")
+            print(f"    {rule.code:<16} {rule_s:6.3f} s")
 
 
 if __name__ == "__main__":

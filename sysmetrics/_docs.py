@@ -8,13 +8,18 @@ options and Prometheus tables are never written by hand and cannot drift from th
   unit, kind and help;
 - ``prometheus``: the exported Prometheus names (:func:`~sysmetrics.descriptions.markdown_table`);
 - ``options``: every option of ``SystemMonitor``, the callbacks and ``sysmetrics record``,
-  from the options declaration (:data:`sysmetrics.options.OPTIONS`).
+  from the options declaration (:data:`sysmetrics.options.OPTIONS`);
+- ``findings``: every rule of the findings' registry
+  (:data:`sysmetrics.findings.registry.REGISTRY`): code, summary, scope, said live or
+  not, its thresholds with their units and constants, how it decides, and an example
+  sentence, the rule's own on its ``fires`` example run.
 
 ``python -m sysmetrics._docs NAME`` prints one of them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 import sys
@@ -65,7 +70,53 @@ def metrics_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _value(value: float, unit: str) -> str:
+    """A threshold's value with its unit: ``90 %``, ``0.3`` (a share), ``1.5 times``."""
+    number = f"{value:g}"
+    if unit == "share":
+        return number
+    if unit == "%":
+        return f"{number} %"
+    return f"{number} {unit}"
+
+
+def findings_table() -> str:
+    """The findings' rules: one row each, then how each decides and its example sentence."""
+    from sysmetrics.findings import findings, read_run
+    from sysmetrics.findings.registry import REGISTRY
+
+    rows = [
+        "| rule | says | scope | said live | thresholds (constant) |",
+        "|---|---|---|---|---|",
+    ]
+    details = []
+    for rule in REGISTRY:
+        held = []
+        for f in dataclasses.fields(rule.thresholds):
+            value = getattr(rule.thresholds, f.name)
+            meta = f.metadata
+            held.append(
+                f"`{f.name}` = {_value(value, meta['unit'])} (`{meta['constant']}`): "
+                f"{_cell(meta['help'])}"
+            )
+        scope = "each node" if rule.scope == "node" else "the whole run, across nodes"
+        live = "yes" if rule.live else "no: only the whole run decides"
+        rows.append(
+            f"| `{rule.code}` | {_cell(rule.summary)} | {scope} | {live} "
+            f"| {'<br>'.join(held) or 'none'} |"
+        )
+        example = [
+            f.sentence for f in findings(read_run(rule.example("fires"))) if f.rule == rule.code
+        ]
+        said = (
+            f'\n  On `examples/{rule.code}/fires.jsonl` it says: "{example[0]}"' if example else ""
+        )
+        details.append(f"- **`{rule.code}`**: {rule.how}. Why it matters: {rule.why}{said}")
+    return "\n".join(rows) + "\n\n" + "\n".join(details) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "findings": findings_table,
     "metrics": metrics_table,
     "options": options_table,
     "prometheus": markdown_table,
@@ -83,7 +134,7 @@ def render(markdown: str) -> str:
 
 
 def generate(name: str) -> str:
-    """One generated table, by name (``metrics``, ``options``, ``prometheus``)."""
+    """One generated table, by name (``findings``, ``metrics``, ``options``, ``prometheus``)."""
     return GENERATORS[name]()
 
 

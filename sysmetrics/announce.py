@@ -10,8 +10,13 @@ and says each finding once per run, in one line (``sysmetrics: `` and the findin
 sentence), through the ``say`` it is given: the framework's own logging in the
 callbacks, standard error under ``sysmetrics record``.
 
-A finding is said once: a later finding of the same rule whose sentence differs only in
-its numbers (a longer span, a higher share) is the same finding.
+A finding is said once per ``(rule, subject)`` (its code and its typed
+:class:`~sysmetrics.findings.Subject`: a GPU, a node, a stall's first step; None for the
+run as a whole): a later finding with the same pair is the same finding, whatever its
+sentence says now (a longer span, a higher share, another likely cause); a second stall
+starts at another step, so it is another. Nothing reads the sentences back. The rules
+whose declaration says ``live=False`` (``unused-gpu``: only the whole run decides it)
+are not said live.
 
 Memory. The store keeps, per key, an ``array('d')`` of values aligned with shared time,
 monotonic-clock, step and weight columns (the keys interned). It keeps at most
@@ -54,7 +59,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import sys
 import threading
 import time
@@ -87,12 +91,6 @@ CLOSE_WAIT = 2.0  # s close() waits for the last evaluation
 MAX_LINE = 400  # characters of one announced line at most
 
 PREFIX = "sysmetrics: "
-EVENTS = ("stall",)  # rules whose findings are events: each start is another finding
-# A number that is not a name's (GPU 1, node 2, gpu.3, node0): what changes as a run goes on.
-_NUMBERS = re.compile(r"(?<![0-9.,:])(?<!gpu )(?<!node )(?<!gpu\.)(?<!node)[0-9][0-9.,:]*")
-_UNIT = re.compile(r"#\s*(?:ms|s|min|h|%)(?![a-z])")
-_RANGE = re.compile(r"#\s*[\u2013-]\s*#")  # an en dash or a hyphen
-_PLURAL = re.compile(r"\b([a-z]+?)s\b")
 
 _NAN = math.nan
 _NO_STEP = -(2**63)  # the step column's "no step" (a step of -2**63 reads as none)
@@ -100,18 +98,7 @@ _EVENTS_PER_CHECK = 256  # profile events between two looks at the thread's CPU 
 _MAX_SLEEP = 0.5  # s the throttle sleeps at most at once
 
 
-def identity(rule: str, sentence: str, at: Optional[float] = None) -> str:
-    """What makes a finding the same finding later in the run: its rule, its words.
-
-    Its numbers (a span, a share) may change; the names of what it is about may not:
-    ``GPU 1`` and ``node 2`` are other findings than ``GPU 0`` and ``node 1``; nor
-    where an event began (``at``: a stall's first step), so a second stall is told too.
-    """
-    words = _NUMBERS.sub("#", sentence.lower())
-    words = _UNIT.sub("#", words)  # 800 ms, later 1.2 s: one measure
-    words = _RANGE.sub("#", words)  # step 5, later steps 5-9
-    where = "" if at is None else f"@{at:g}"
-    return rule + where + "|" + _PLURAL.sub(r"\1", words)
+Said = tuple[str, Optional[Any]]  # (a finding's rule, its subject): what is said once
 
 
 # -- the store ---------------------------------------------------------------------------
@@ -423,7 +410,7 @@ class LiveFindings:
         }
         self._reader = monitor.reader(buffer=LIVE_BUFFER)
         self._store = _Store()
-        self._said: set[str] = set()
+        self._said: set[Said] = set()
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one evaluation at a time (the thread, close())
         self._failed = False
@@ -433,9 +420,9 @@ class LiveFindings:
         self._thread = threading.Thread(target=self._loop, name="sysmetrics-findings", daemon=True)
 
     @property
-    def said(self) -> list[str]:
-        """The findings said so far (their identities); for tests."""
-        return sorted(self._said)
+    def said(self) -> list[Said]:
+        """The findings said so far: their ``(rule, subject)``, in order; for tests."""
+        return sorted(self._said, key=repr)
 
     def start(self) -> LiveFindings:
         """Start the thread; returns self."""
@@ -515,9 +502,8 @@ class LiveFindings:
                 if throttle is not None:
                     throttle.deadline = math.inf
                 for f in found:
-                    at = f.span.first if f.rule in EVENTS and f.span is not None else None
-                    key = identity(f.rule, f.sentence, at)
-                    if key in self._said:
+                    key = (f.rule, f.subject)
+                    if f.rule not in findings.LIVE_CODES or key in self._said:
                         continue
                     self._said.add(key)
                     self._say(PREFIX + f.sentence[: MAX_LINE - len(PREFIX)])

@@ -15,7 +15,7 @@ from typing import Optional
 import pytest
 
 from sysmetrics import announce, findings
-from sysmetrics.announce import LIVE_MAX_KEYS, LIVE_MAX_VALUES, LiveFindings, identity
+from sysmetrics.announce import LIVE_MAX_KEYS, LIVE_MAX_VALUES, LiveFindings
 from sysmetrics.collectors.base import BaseCollector
 from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
@@ -72,22 +72,75 @@ def test_close_says_what_the_whole_run_showed() -> None:
     assert len(lines) == 1 and "memory peaked at 97 %" in lines[0]
 
 
-def test_identity_keeps_names_and_drops_measures() -> None:
-    a = identity("gpu-throttling", "GPU 1 was held down in 12 % of samples, steps 10-40")
-    b = identity("gpu-throttling", "GPU 1 was held down in 31 % of samples, steps 10-400")
-    c = identity("gpu-throttling", "GPU 0 was held down in 12 % of samples, steps 10-40")
-    assert a == b != c
-    grown = identity("stall", "The step stayed at 124 for 800 ms")
-    assert grown == identity("stall", "The step stayed at 124 for 1.2 s")
-    early = identity("input-bound", "Steps 2-38 spent 75 % of their time waiting")
-    assert early == identity("input-bound", "Steps 2-400 spent 61 % of their time waiting")
-    assert identity("stall", "Step 5 stalled") == identity("stall", "Steps 5-9 stalled")
-    first = identity("stall", "The step stayed at 100 for 12 s", at=100)
-    assert first == identity("stall", "The step stayed at 100 for 40 s", at=100)
-    assert first != identity("stall", "The step stayed at 500 for 12 s", at=500)
-    assert identity("straggler-node", "node 1 waited 40 %") != identity(
-        "straggler-node", "node 2 waited 40 %"
-    )
+def feed_each(live: LiveFindings, reader: FedReader, samples: Iterable[Sample]) -> None:
+    """Feed ``samples`` and evaluate (as the thread does every ``LIVE_EVERY`` s)."""
+    reader.feed(samples)
+    live._take()
+    live._evaluate()
+
+
+def at(j: int, step: Optional[int], values: Mapping[str, float]) -> Sample:
+    return Sample(1.7e9 + j, float(j), step, dict(values))
+
+
+def test_a_finding_is_the_same_by_code_and_subject_not_by_its_words() -> None:
+    """A span that grows, a share that changes, other words: the same (code, subject) once.
+
+    ``input-bound``'s cause changes from a saturated CPU to an idle one (other words, not
+    only other numbers): the sentence-based identity said it twice.
+    """
+    lines: list[str] = []
+    live, reader = fed(lines)
+    wait = {"step.seconds": 0.5, "step.dataWaitPercent": 70.0}
+    feed_each(live, reader, (at(j, j, {**wait, "cpu": 95.0}) for j in range(10)))
+    feed_each(live, reader, (at(j, j, {**wait, "cpu": 95.0}) for j in range(10, 40)))  # grows
+    feed_each(live, reader, (at(j, j, {**wait, "cpu": 5.0}) for j in range(40, 200)))  # words
+    live.close()
+    said = [line for line in lines if "waiting for data" in line]
+    assert len(said) == 1 and "saturated" in said[0], lines
+    assert [key for key in live.said if key[0] == "input-bound"] == [("input-bound", None)]
+
+
+def test_gpus_nodes_and_stalls_are_other_subjects() -> None:
+    """GPU 0 and GPU 1, node 1 and node 2, a first and a second stall: each said once."""
+    lines: list[str] = []
+    live, reader = fed(lines)
+    gpus = {"gpu.process.0.gpu": 50.0, "gpu.process.1.gpu": 50.0, "gpu.0.memoryAllocated": 99.0,
+            "gpu.1.memoryAllocated": 10.0, "cpu": 50.0}  # fmt: skip
+    feed_each(live, reader, (at(j, j, gpus) for j in range(10)))
+    feed_each(live, reader, (at(j, 10, gpus) for j in range(10, 30)))  # a stall at step 10
+    feed_each(live, reader, (at(j, 10, gpus) for j in range(30, 40)))  # the same, longer
+    gpus["gpu.1.memoryAllocated"] = 98.0  # GPU 1 too now
+    feed_each(live, reader, (at(j, j - 29, gpus) for j in range(40, 60)))
+    feed_each(live, reader, (at(j, 31, gpus) for j in range(60, 90)))  # a second stall
+    live.close()
+    assert sum("GPU 0's memory" in line for line in lines) == 1, lines
+    assert sum("GPU 1's memory" in line for line in lines) == 1, lines
+    assert sum("The step stayed at 10 " in line for line in lines) == 1, lines
+    assert sum("The step stayed at 31 " in line for line in lines) == 1, lines
+    assert ("stall", ("step", "10", "", None)) in live.said
+
+
+def test_straggler_nodes_are_other_subjects() -> None:
+    lines: list[str] = []
+    live, reader = fed(lines)
+    slow = {"node0/step.seconds": 1.0, "node1/step.seconds": 1.0, "node2/step.seconds": 2.0}
+    feed_each(live, reader, (at(j, j, slow) for j in range(10)))
+    feed_each(live, reader, (at(j, j, {**slow, "node2/step.seconds": 3.0}) for j in range(10, 20)))
+    slow = {**slow, "node1/step.seconds": 4.0, "node2/step.seconds": 1.0}
+    feed_each(live, reader, (at(j, j, slow) for j in range(20, 200)))
+    live.close()
+    assert sum(line.startswith("sysmetrics: Node 2 held") for line in lines) == 1, lines
+    assert sum(line.startswith("sysmetrics: Node 1 held") for line in lines) == 1, lines
+
+
+def test_a_rule_decided_on_the_whole_run_is_not_said_live() -> None:
+    """``unused-gpu`` (live=False): a GPU not used yet may be used later in the run."""
+    lines: list[str] = []
+    live, reader = fed(lines)
+    feed_each(live, reader, (at(j, j, {"gpu.0.gpu": 0.0, "cpu": 5.0}) for j in range(20)))
+    live.close()
+    assert lines == [] and live.said == []
 
 
 def test_failing_rules_stop_the_announcing_with_one_warning(

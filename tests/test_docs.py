@@ -198,6 +198,12 @@ def test_generated_tables_list_every_declaration() -> None:
     options = _docs.generate("options")
     assert all(f"| `{o.name}` |" in options for o in OPTIONS)
     assert "| `interval` | <code>float</code> | <code>1.0</code> | s |" in options
+    from sysmetrics.findings.registry import REGISTRY
+
+    rules = _docs.generate("findings")
+    assert all(f"| `{r.code}` | {r.summary} |" in rules for r in REGISTRY)
+    assert "`percent` = 90 % (`CPU_BOUND_PERCENT`)" in rules
+    assert 'fires.jsonl` it says: "The job kept its 4 CPUs 97 % busy' in rules
 
 
 def test_readme_tested_versions_are_the_pinned_ones() -> None:

@@ -722,6 +722,19 @@ def test_json_findings_have_rule_sentence_evidence_span(tmp_path: Path) -> None:
     assert finding["evidence"] == {"peak_percent": 96.0}
     assert finding["span"] == {"axis": "step", "first": 2, "last": 2}
     assert finding["node"] is None
+    assert finding["subject"] is None  # the job's memory: no GPU, node or step
+
+
+def test_json_findings_say_their_subject(tmp_path: Path) -> None:
+    """A finding about one GPU says which in ``subject``, as the live line tells them apart."""
+    samples, _ = FINDINGS["gpu-throttling"]
+    done = cli("report", str(write_run(tmp_path / "run.jsonl", samples)), "--json")
+    assert done.returncode == 0, done.stderr
+    subjects = [f["subject"] for f in json.loads(done.stdout)["findings"]]
+    assert subjects and all(
+        s is not None and s["kind"] == "gpu" and s["id"] == "0" and s["node"] is None
+        for s in subjects
+    ), subjects
 
 
 def test_x_chooses_the_axis(tmp_path: Path) -> None:

@@ -3,14 +3,19 @@
 :func:`read_run` (from :mod:`sysmetrics.runfile`, where the run file's schema is) reads a
 run file into a :class:`Run`; :func:`findings` applies every rule of :data:`RULES` and
 returns one :class:`Finding` per thing worth saying (``rule``, ``sentence``,
-``evidence``, ``span``). A rule says nothing when its evidence is not in the run (its keys
-are missing, or there are too few samples): where no rule fires, say :data:`NO_MATCH`,
+``evidence``, ``span``, ``subject``). A rule says nothing when its evidence is not in the
+run (its keys are missing, or there are too few samples): where no rule fires, say
+:data:`NO_MATCH`,
 not that nothing held the run back. The rules are pure functions of a run and one pass
 over its samples each (no quadratic work), so they also run on a partial run, during
 training.
 
-The rules and their thresholds (module-level constants of the rule's module, all
-importable from here) are listed in ``docs/record-report.md`` ("Findings"):
+Each rule is declared as data (:class:`Rule`: code, summary, scope, live or not, its
+thresholds, its check, why it matters; :data:`REGISTRY`, in
+:mod:`~sysmetrics.findings.registry`), with a ``fires`` and a ``quiet`` example run in
+``examples/<code>/``. The thresholds' defaults are module-level constants of the rule's
+module, all importable from here; ``docs/record-report.md`` ("Findings") has the table
+generated from the registry:
 
 - :mod:`~sysmetrics.findings.training`: ``input-bound``, ``stall``, ``slow-steps``, from
   the step keys (``step.seconds``, ``step.dataWaitPercent``) or the samples' steps;
@@ -28,10 +33,12 @@ on all of them. :mod:`sysmetrics.runfile` says how much :func:`read_run` reads a
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import Any
 
 from sysmetrics.findings._base import MIN_SAMPLES as MIN_SAMPLES
 from sysmetrics.findings._base import Finding as Finding
+from sysmetrics.findings._base import Rule as Rule
+from sysmetrics.findings._base import Subject as Subject
 from sysmetrics.findings._base import memo
 from sysmetrics.findings.cpu import CONTENTION_HOST_PERCENT as CONTENTION_HOST_PERCENT
 from sysmetrics.findings.cpu import CONTENTION_JOB_MEMORY_SHARE as CONTENTION_JOB_MEMORY_SHARE
@@ -44,7 +51,9 @@ from sysmetrics.findings.cpu import CPU_BOUND_SHARE as CPU_BOUND_SHARE
 from sysmetrics.findings.cpu import SINGLE_CORE_HIGH as SINGLE_CORE_HIGH
 from sysmetrics.findings.cpu import SINGLE_CORE_LOW as SINGLE_CORE_LOW
 from sysmetrics.findings.cpu import SINGLE_CORE_SHARE as SINGLE_CORE_SHARE
-from sysmetrics.findings.cpu import contention, cpu_bound, single_core
+from sysmetrics.findings.cpu import contention as contention
+from sysmetrics.findings.cpu import cpu_bound as cpu_bound
+from sysmetrics.findings.cpu import single_core as single_core
 from sysmetrics.findings.machine import DISK_GPU_PERCENT as DISK_GPU_PERCENT
 from sysmetrics.findings.machine import DISK_READ_MIB_S as DISK_READ_MIB_S
 from sysmetrics.findings.machine import DISK_SHARE as DISK_SHARE
@@ -54,12 +63,20 @@ from sysmetrics.findings.machine import SWAP_KEY as SWAP_KEY
 from sysmetrics.findings.machine import SWAP_RISE_POINTS as SWAP_RISE_POINTS
 from sysmetrics.findings.machine import THROTTLE_REASONS as THROTTLE_REASONS
 from sysmetrics.findings.machine import THROTTLE_SHARE as THROTTLE_SHARE
-from sysmetrics.findings.machine import disk_bound, gpu_throttling, memory_limit, swap, unused_gpu
+from sysmetrics.findings.machine import disk_bound as disk_bound
+from sysmetrics.findings.machine import gpu_memory_limit as gpu_memory_limit
+from sysmetrics.findings.machine import gpu_throttling as gpu_throttling
+from sysmetrics.findings.machine import memory_limit as memory_limit
+from sysmetrics.findings.machine import swap as swap
+from sysmetrics.findings.machine import unused_gpu as unused_gpu
 from sysmetrics.findings.nodes import STRAGGLER_MIN_NODES as STRAGGLER_MIN_NODES
 from sysmetrics.findings.nodes import STRAGGLER_POINTS as STRAGGLER_POINTS
 from sysmetrics.findings.nodes import STRAGGLER_RATIO as STRAGGLER_RATIO
 from sysmetrics.findings.nodes import STRAGGLER_WAIT_POINTS as STRAGGLER_WAIT_POINTS
-from sysmetrics.findings.nodes import straggler_node
+from sysmetrics.findings.nodes import straggler_node as straggler_node
+from sysmetrics.findings.registry import CROSS_NODE_CODES as CROSS_NODE_CODES
+from sysmetrics.findings.registry import LIVE_CODES as LIVE_CODES
+from sysmetrics.findings.registry import REGISTRY as REGISTRY
 from sysmetrics.findings.training import INPUT_CPU_PERCENT as INPUT_CPU_PERCENT
 from sysmetrics.findings.training import INPUT_GPU_PERCENT as INPUT_GPU_PERCENT
 from sysmetrics.findings.training import INPUT_IDLE_PERCENT as INPUT_IDLE_PERCENT
@@ -77,7 +94,9 @@ from sysmetrics.findings.training import STALL_MIN_SECONDS as STALL_MIN_SECONDS
 from sysmetrics.findings.training import STALL_SECONDS as STALL_SECONDS
 from sysmetrics.findings.training import STALL_SHARE as STALL_SHARE
 from sysmetrics.findings.training import STALL_STEP_TIMES as STALL_STEP_TIMES
-from sysmetrics.findings.training import input_bound, slow_steps, stall
+from sysmetrics.findings.training import input_bound as input_bound
+from sysmetrics.findings.training import slow_steps as slow_steps
+from sysmetrics.findings.training import stall as stall
 
 # The run file's reader lives with its schema; its names stay importable from here.
 from sysmetrics.runfile import MAX_KEYS as MAX_KEYS
@@ -89,33 +108,21 @@ from sysmetrics.runfile import Run as Run
 from sysmetrics.runfile import Span as Span
 from sysmetrics.runfile import read_run as read_run
 
-Rule = Callable[[Run], list[Finding]]
-
 NO_MATCH = "No rule matched: none of the findings' rules reached its thresholds in this run."
 """What to say where :func:`findings` returns nothing (the report, the CLI)."""
 
-RULES: tuple[Rule, ...] = (
-    input_bound,
-    stall,
-    slow_steps,
-    cpu_bound,
-    single_core,
-    contention,
-    memory_limit,
-    gpu_throttling,
-    disk_bound,
-    swap,
-    unused_gpu,
-)
-"""The one-node rules, in the order their findings are listed."""
+RULES: tuple[Rule[Any], ...] = tuple(r for r in REGISTRY if r.scope == "node")
+"""The one-node rules, in the order their findings are listed (each callable on a run)."""
 
-NODE_RULES: tuple[Rule, ...] = (straggler_node,)
+NODE_RULES: tuple[Rule[Any], ...] = tuple(r for r in REGISTRY if r.scope == "run")
 """The cross-node rules: over every node's series (``node{k}/`` keys or samples' nodes)."""
 
 
 def findings(run: Run) -> list[Finding]:
-    """Every finding of every rule about ``run``: ``RULES`` per node, then ``NODE_RULES``.
+    """Every finding of the rules of :data:`REGISTRY`: ``RULES`` per node, then ``NODE_RULES``.
 
+    In a run of several nodes a node's finding says ``Node k:`` first, has ``node`` in its
+    evidence and ``k`` in its subject (``Subject("node", k)`` where it had none).
     Pads ``run``'s columns first (:meth:`Run.pad`: a run still being built with
     :meth:`Run.add`, as a live caller's, has columns shorter than the run where the
     latest samples lack a key; the rules index every column by sample).
@@ -130,13 +137,17 @@ def _findings(run: Run) -> list[Finding]:
     out: list[Finding] = []
     for k, part in nodes:
         for rule in RULES:
-            for found in rule(part):
+            for found in rule.check(part, rule.thresholds):
                 if len(nodes) > 1 and k is not None:
+                    subject = found.subject
                     found = replace(
                         found,
                         sentence=f"Node {k}: {found.sentence}",
                         evidence={"node": float(k), **found.evidence},
+                        subject=(
+                            Subject("node", str(k)) if subject is None else subject._replace(node=k)
+                        ),
                     )
                 out.append(found)
-    out.extend(finding for rule in NODE_RULES for finding in rule(run))
+    out.extend(finding for rule in NODE_RULES for finding in rule.check(run, rule.thresholds))
     return out

@@ -1,4 +1,8 @@
-"""What every rule shares: :class:`Finding`, and cheap per-sample views of a :class:`Run`.
+"""What every rule shares: its declaration, its findings, cheap per-sample views of a run.
+
+:class:`Rule` (a rule's declaration, gathered in
+:data:`sysmetrics.findings.registry.REGISTRY`), :class:`Finding`, :class:`Subject`, and
+per-sample views of a :class:`Run`.
 
 Every view here is one pass over the samples (or over the keys and the samples): the
 rules run on a partial run during training, so nothing is quadratic in the samples.
@@ -13,30 +17,102 @@ import statistics
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, TypeVar
+from pathlib import Path
+from typing import Any, Generic, Literal, NamedTuple, Optional, TypeVar
 
 from sysmetrics.descriptions import counter_rate, gpu_key, split_node
 from sysmetrics.runfile import Run, Span
 
 MIN_SAMPLES = 5  # samples (or intervals) a mean- or share-based rule needs
+EXAMPLES = Path(__file__).resolve().parent / "examples"  # <code>/fires.jsonl, quiet.jsonl
 
 DASH = "\N{EN DASH}"  # between the ends of a span, as in "steps 120-480"
 _NAN = math.nan
 _PER_CORE = "cpu.{i}.cpu_percent"
 
 
+SubjectKind = Literal["gpu", "node", "step", "resource"]
+
+
+class Subject(NamedTuple):
+    """What a finding is about, beyond its rule: two findings are the same where both agree.
+
+    ``kind`` and ``id``: ``("gpu", "1")`` (GPU 1), ``("node", "2")`` (node 2, a
+    straggler), ``("step", "120")`` (a stall, by its first step), ``("resource", "cpu")``
+    (contention for the CPU, or ``"memory"``). ``facet``: which side of it, where a rule
+    says more than one thing about it (a throttle reason, ``"thermal"``; a straggler's
+    ``"cpu"`` or ``"gpu"``); ``""`` for none. ``node``: the node it is on, in a run of
+    several nodes (:func:`~sysmetrics.findings.findings` sets it); None on one node.
+    """
+
+    kind: SubjectKind
+    id: str
+    facet: str = ""
+    node: Optional[int] = None
+
+
 @dataclass(frozen=True)
 class Finding:
-    """One thing the run says: a rule id, a sentence, the numbers behind it, and where.
+    """One thing the run says: a rule id, a sentence, the numbers behind it, where, about what.
 
     ``span`` is on the step axis where the samples it covers all have a step, else on the
-    time axis (s since the epoch); None where neither is known.
+    time axis (s since the epoch); None where neither is known. ``subject``: what it is
+    about (a GPU, a node, a stall's first step); None where it is about the run as a whole
+    (on one node; on one of several, ``Subject("node", k)``). The live findings say each
+    ``(rule, subject)`` once; nothing reads the sentence back.
     """
 
     rule: str
     sentence: str
     evidence: dict[str, float] = field(default_factory=dict)
     span: Optional[Span] = None
+    subject: Optional[Subject] = None
+
+
+def threshold(default: float, constant: str, unit: str, help: str) -> Any:
+    """A field of a rule's thresholds: its ``default``, unit and meaning.
+
+    ``default`` is the module-level constant named ``constant`` (importable from
+    :mod:`sysmetrics.findings`; ``tests/test_rules.py`` checks that they agree).
+    ``unit`` is ``%``, ``s``, ``MiB/s``, ``points`` (percentage points), ``share`` (0 to
+    1), ``times`` (a ratio), ``CPUs``, ``nodes`` or ``stalls``; ``help`` says what the
+    value bounds, for the docs' findings table.
+    """
+    return field(default=default, metadata={"constant": constant, "unit": unit, "help": help})
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Rule(Generic[T]):
+    """A rule, declared as data (see ``docs/development.md``, "Writing a rule").
+
+    ``code``: its id (each finding's ``rule``); ``summary``: what it says, one line;
+    ``scope``: ``"node"`` (run on each node's samples) or ``"run"`` (across nodes, on the
+    whole run); ``live``: whether it may be said during training (False where only the
+    whole run decides it); ``thresholds``: a frozen dataclass whose fields (with
+    :func:`threshold`) say unit and meaning; ``check(run, thresholds)``: its findings;
+    ``why``: why it matters; ``how``: what it reads and how it decides (the docs' table).
+    Its example runs are ``examples/<code>/fires.jsonl`` and ``quiet.jsonl``.
+    """
+
+    code: str
+    summary: str
+    scope: Literal["node", "run"]
+    live: bool
+    thresholds: T
+    check: Callable[[Run, T], list[Finding]]
+    why: str
+    how: str
+
+    def __call__(self, run: Run) -> list[Finding]:
+        """Its findings about ``run`` at its declared thresholds."""
+        return self.check(run, self.thresholds)
+
+    def example(self, kind: Literal["fires", "quiet"]) -> Path:
+        """Its example run file: ``fires`` (it fires there) or ``quiet`` (it does not)."""
+        return EXAMPLES / self.code / f"{kind}.jsonl"
 
 
 def mean(values: Iterable[float]) -> float:

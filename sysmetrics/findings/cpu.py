@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from sysmetrics.findings._base import MIN_SAMPLES, Finding, cpus, host_cpu, mean, where
+from dataclasses import dataclass
+
+from sysmetrics.findings._base import (
+    MIN_SAMPLES,
+    Finding,
+    Rule,
+    Subject,
+    cpus,
+    host_cpu,
+    mean,
+    threshold,
+    where,
+)
 from sysmetrics.runfile import Run
 
 CPU_BOUND_PERCENT = 90.0  # %: the job's cpu (of its available CPUs) above this ...
@@ -20,6 +32,89 @@ CONTENTION_MEMORY_PERCENT = 90.0  # %: the host's memory above this ...
 CONTENTION_JOB_MEMORY_SHARE = 0.5  # ... with the job holding less than this share of it
 
 
+@dataclass(frozen=True)
+class CpuBoundThresholds:
+    """``cpu-bound``'s thresholds (defaults: the module's constants)."""
+
+    percent: float = threshold(
+        CPU_BOUND_PERCENT, "CPU_BOUND_PERCENT", "%", "the job's cpu (of its CPUs) above this ..."
+    )
+    share: float = threshold(
+        CPU_BOUND_SHARE, "CPU_BOUND_SHARE", "share", "... in at least this share of the samples"
+    )
+
+
+@dataclass(frozen=True)
+class SingleCoreThresholds:
+    """``single-core``'s thresholds (defaults: the module's constants)."""
+
+    low: float = threshold(
+        SINGLE_CORE_LOW, "SINGLE_CORE_LOW", "CPUs", "the job's CPU use between this ..."
+    )
+    high: float = threshold(
+        SINGLE_CORE_HIGH, "SINGLE_CORE_HIGH", "CPUs", "... and this (about one CPU's worth) ..."
+    )
+    share: float = threshold(
+        SINGLE_CORE_SHARE,
+        "SINGLE_CORE_SHARE",
+        "share",
+        "... in at least this share of the samples, with 2 or more CPUs",
+    )
+    host_percent: float = threshold(
+        CONTENTION_HOST_PERCENT,
+        "CONTENTION_HOST_PERCENT",
+        "%",
+        "samples where the host's CPU is above this are left out",
+    )
+
+
+@dataclass(frozen=True)
+class ContentionThresholds:
+    """``contention``'s thresholds (defaults: the module's constants)."""
+
+    host_percent: float = threshold(
+        CONTENTION_HOST_PERCENT,
+        "CONTENTION_HOST_PERCENT",
+        "%",
+        "the host's CPU (mean of its cores) above this ...",
+    )
+    job_percent: float = threshold(
+        CONTENTION_JOB_PERCENT,
+        "CONTENTION_JOB_PERCENT",
+        "%",
+        "... while the job's cpu is below this ...",
+    )
+    min_cpus: float = threshold(
+        CONTENTION_MIN_CPUS,
+        "CONTENTION_MIN_CPUS",
+        "CPUs",
+        "... and above this (the job works, not sleeps) ...",
+    )
+    share: float = threshold(
+        CONTENTION_SHARE,
+        "CONTENTION_SHARE",
+        "share",
+        "... in at least this share of the samples with both",
+    )
+    memory_percent: float = threshold(
+        CONTENTION_MEMORY_PERCENT,
+        "CONTENTION_MEMORY_PERCENT",
+        "%",
+        "the host's memory above this ...",
+    )
+    job_memory_share: float = threshold(
+        CONTENTION_JOB_MEMORY_SHARE,
+        "CONTENTION_JOB_MEMORY_SHARE",
+        "share",
+        "... with the job holding less than this share of it",
+    )
+
+
+CPU_BOUND = CpuBoundThresholds()
+SINGLE_CORE = SingleCoreThresholds()
+CONTENTION = ContentionThresholds()
+
+
 def _cpus_words(run: Run) -> str:
     n, source = cpus(run)
     if n is None or source != "run":
@@ -27,15 +122,15 @@ def _cpus_words(run: Run) -> str:
     return f"its {n:g} CPU{'s' if n != 1 else ''}"
 
 
-def cpu_bound(run: Run) -> list[Finding]:
+def cpu_bound(run: Run, t: CpuBoundThresholds = CPU_BOUND) -> list[Finding]:
     """``cpu-bound``: the job keeps the CPUs available to it busy most of the run."""
     held = run.present("cpu")
     if len(held) < MIN_SAMPLES:
         return []
     column = run.columns["cpu"]
-    busy = [j for j in held if column[j] > CPU_BOUND_PERCENT]
+    busy = [j for j in held if column[j] > t.percent]
     share = len(busy) / len(held)
-    if share < CPU_BOUND_SHARE:
+    if share < t.share:
         return []
     level = mean(column[j] for j in busy)
     span = run.span(busy)
@@ -51,7 +146,7 @@ def cpu_bound(run: Run) -> list[Finding]:
     ]
 
 
-def single_core(run: Run) -> list[Finding]:
+def single_core(run: Run, t: SingleCoreThresholds = SINGLE_CORE) -> list[Finding]:
     """``single-core``: the job uses about one CPU's worth while more are available.
 
     Not in samples where the host's CPU is saturated (``CONTENTION_HOST_PERCENT``): there
@@ -66,11 +161,10 @@ def single_core(run: Run) -> list[Finding]:
     one = [
         j
         for j in held
-        if SINGLE_CORE_LOW <= column[j] * n / 100 <= SINGLE_CORE_HIGH
-        and not (host[j] or 0.0) > CONTENTION_HOST_PERCENT
+        if t.low <= column[j] * n / 100 <= t.high and not (host[j] or 0.0) > t.host_percent
     ]
     share = len(one) / len(held)
-    if share < SINGLE_CORE_SHARE:
+    if share < t.share:
         return []
     level = mean(column[j] for j in one)
     span = run.span(one)
@@ -88,7 +182,7 @@ def single_core(run: Run) -> list[Finding]:
     ]
 
 
-def contention(run: Run) -> list[Finding]:
+def contention(run: Run, t: ContentionThresholds = CONTENTION) -> list[Finding]:
     """``contention``: the host's CPU or memory near full while the job gets much less."""
     out = []
     host = host_cpu(run)
@@ -98,16 +192,14 @@ def contention(run: Run) -> list[Finding]:
     )
     if job is not None and len(both) >= MIN_SAMPLES:
         n = cpus(run)[0] or 1.0  # a host CPU % is known: so is the count of its cores
-        floor = 100.0 * CONTENTION_MIN_CPUS / n
+        floor = 100.0 * t.min_cpus / n
         taken = [
             j
             for j in both
-            if (h := host[j]) is not None
-            and h > CONTENTION_HOST_PERCENT
-            and floor <= job[j] < CONTENTION_JOB_PERCENT
+            if (h := host[j]) is not None and h > t.host_percent and floor <= job[j] < t.job_percent
         ]
         share = len(taken) / len(both)
-        if share >= CONTENTION_SHARE:
+        if share >= t.share:
             host_mean = mean(h for j in taken if (h := host[j]) is not None)
             job_mean = mean(job[j] for j in taken)
             span = run.span(taken)
@@ -126,6 +218,7 @@ def contention(run: Run) -> list[Finding]:
                         "samples": float(len(both)),
                     },
                     span,
+                    Subject("resource", "cpu"),
                 )
             )
     memory, mine = run.columns.get("memory"), run.columns.get("proc.memory.percent")
@@ -134,8 +227,7 @@ def contention(run: Run) -> list[Finding]:
         full = [
             j
             for j in pairs
-            if memory[j] > CONTENTION_MEMORY_PERCENT
-            and mine[j] < CONTENTION_JOB_MEMORY_SHARE * memory[j]
+            if memory[j] > t.memory_percent and mine[j] < t.job_memory_share * memory[j]
         ]
         if full:
             host_peak = max(memory[j] for j in full)
@@ -149,6 +241,53 @@ def contention(run: Run) -> list[Finding]:
                     "memory, and the job may be short of it or killed for lack of it.",
                     {"host_memory_percent_peak": host_peak, "job_memory_percent_mean": job_mean},
                     span,
+                    Subject("resource", "memory"),
                 )
             )
     return out
+
+
+CPU_BOUND_RULE = Rule(
+    code="cpu-bound",
+    summary="the job kept the CPUs available to it busy",
+    scope="node",
+    live=True,
+    thresholds=CPU_BOUND,
+    check=cpu_bound,
+    why="A job that uses all of its CPUs is as fast as they let it be: more CPUs, or less CPU "
+    "work per step, is what speeds it up.",
+    how="the job's `cpu` (% of its CPUs) above `percent` in at least `share` of the samples "
+    "with it",
+)
+
+SINGLE_CORE_RULE = Rule(
+    code="single-core",
+    summary="the job used about one CPU's worth while more were available",
+    scope="node",
+    live=True,
+    thresholds=SINGLE_CORE,
+    check=single_core,
+    why="The other CPUs idle while one thread (the GIL, a loader with no workers) sets the pace.",
+    how="with 2 or more CPUs (the `run` line's `cpus`, else the per-core keys): the job's "
+    "`cpu` times CPUs / 100 between `low` and `high` in at least `share` of the samples, "
+    "leaving out samples where the host's CPU is above `host_percent` (no more CPUs to "
+    "give: that is `contention`)",
+)
+
+CONTENTION_RULE = Rule(
+    code="contention",
+    summary="the host's CPU (or memory) near full while the job got much less: other tenants",
+    scope="node",
+    live=True,
+    thresholds=CONTENTION,
+    check=contention,
+    why="Other processes take the machine: the job is slower, or short of memory, for "
+    "reasons outside it.",
+    how="CPU: the host's busy % (mean of the per-core `cpu.{i}.cpu_percent`) above "
+    "`host_percent` while the job's `cpu` is below `job_percent` and at least `min_cpus` "
+    "CPUs' worth (a job that sleeps asks for no more), in at least `share` of the samples "
+    "with both. Memory: `memory` above `memory_percent` while the job's "
+    "`proc.memory.percent` is below `job_memory_share` of it. The run file does not say "
+    "whether the job was waiting to run, only that others used the CPUs: the sentence says "
+    '"likely"',
+)

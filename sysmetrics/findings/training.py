@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 from sysmetrics.descriptions import family, split_node
 from sysmetrics.findings._base import (
     MIN_SAMPLES,
     Finding,
+    Rule,
+    Subject,
     clock,
     cpus,
     duration,
@@ -25,6 +28,7 @@ from sysmetrics.findings._base import (
     parts,
     present,
     rates,
+    threshold,
     weighted,
     where,
 )
@@ -50,6 +54,125 @@ SLOW_SHARE = 0.05  # ... in at least this share of the samples (or step changes)
 SPIKE_FACTOR = 2.0  # a key whose mean during slow steps is this many times its median ...
 SPIKE_POINTS = 20.0  # ... (a % key: this many points above it) coincided with them
 SPIKE_DISK_MIB_S = 10.0  # MiB/s: a disk read rate that coincides is at least this
+
+
+@dataclass(frozen=True)
+class InputBoundThresholds:
+    """``input-bound``'s thresholds (defaults: the module's constants)."""
+
+    wait_percent: float = threshold(
+        INPUT_WAIT_PERCENT,
+        "INPUT_WAIT_PERCENT",
+        "%",
+        "with step keys: the steps' data wait above this ...",
+    )
+    span_share: float = threshold(
+        INPUT_SPAN_SHARE,
+        "INPUT_SPAN_SHARE",
+        "share",
+        "... over a stretch of at least this share of the steps' seconds",
+    )
+    cpu_percent: float = threshold(
+        INPUT_CPU_PERCENT,
+        "INPUT_CPU_PERCENT",
+        "%",
+        "the job's cpu above this: saturated (the cause; without step keys)",
+    )
+    idle_percent: float = threshold(
+        INPUT_IDLE_PERCENT,
+        "INPUT_IDLE_PERCENT",
+        "%",
+        "the job's cpu below this while waiting: I/O or few workers",
+    )
+    disk_read_mib_s: float = threshold(
+        DISK_READ_MIB_S,
+        "DISK_READ_MIB_S",
+        "MiB/s",
+        "a disk read rate above this while waiting: the disk",
+    )
+    gpu_percent: float = threshold(
+        INPUT_GPU_PERCENT,
+        "INPUT_GPU_PERCENT",
+        "%",
+        "without step keys: the job's mean GPU utilization below this ...",
+    )
+    share: float = threshold(
+        INPUT_SHARE,
+        "INPUT_SHARE",
+        "share",
+        "... while its cpu is saturated in at least this share of samples",
+    )
+
+
+@dataclass(frozen=True)
+class StallThresholds:
+    """``stall``'s thresholds (defaults: the module's constants)."""
+
+    seconds: float = threshold(
+        STALL_SECONDS, "STALL_SECONDS", "s", "the step did not advance for at least this ..."
+    )
+    share: float = threshold(
+        STALL_SHARE,
+        "STALL_SHARE",
+        "share",
+        "... or for this share of its recording's duration, at least ...",
+    )
+    min_seconds: float = threshold(
+        STALL_MIN_SECONDS, "STALL_MIN_SECONDS", "s", "... this long; either way at least ..."
+    )
+    step_times: float = threshold(
+        STALL_STEP_TIMES,
+        "STALL_STEP_TIMES",
+        "times",
+        "... this many times the run's median seconds per step",
+    )
+    idle_percent: float = threshold(
+        STALL_IDLE_PERCENT,
+        "STALL_IDLE_PERCENT",
+        "%",
+        "the job's cpu and GPUs below this while stalled: a hang",
+    )
+    max_stalls: float = threshold(
+        MAX_STALLS, "MAX_STALLS", "stalls", "stall findings at most (the longest)"
+    )
+
+
+@dataclass(frozen=True)
+class SlowStepsThresholds:
+    """``slow-steps``' thresholds (defaults: the module's constants)."""
+
+    factor: float = threshold(
+        SLOW_FACTOR,
+        "SLOW_FACTOR",
+        "times",
+        "a step slower than this many times the run's median is slow ...",
+    )
+    share: float = threshold(
+        SLOW_SHARE,
+        "SLOW_SHARE",
+        "share",
+        "... in at least this share of the samples (or step changes)",
+    )
+    spike_factor: float = threshold(
+        SPIKE_FACTOR,
+        "SPIKE_FACTOR",
+        "times",
+        "a key during the slow steps this many times its median coincided",
+    )
+    spike_points: float = threshold(
+        SPIKE_POINTS, "SPIKE_POINTS", "points", "... a % key: this many points above its median"
+    )
+    spike_disk_mib_s: float = threshold(
+        SPIKE_DISK_MIB_S,
+        "SPIKE_DISK_MIB_S",
+        "MiB/s",
+        "a disk read rate that coincides is at least this",
+    )
+
+
+INPUT_BOUND = InputBoundThresholds()
+STALL = StallThresholds()
+SLOW_STEPS = SlowStepsThresholds()
 
 
 class _Stretch(NamedTuple):
@@ -115,13 +238,13 @@ def _make_steps(run: Run) -> _Steps:
     return _Steps(stretches, per_step)
 
 
-def _stalled(seconds: float, part_seconds: float, median: Optional[float]) -> bool:
+def _stalled(
+    seconds: float, part_seconds: float, median: Optional[float], t: StallThresholds = STALL
+) -> bool:
     """Whether ``seconds`` without a new step is a stall (see the thresholds)."""
-    if median is not None and seconds < STALL_STEP_TIMES * median:
+    if median is not None and seconds < t.step_times * median:
         return False
-    return seconds >= STALL_SECONDS or (
-        seconds >= STALL_MIN_SECONDS and seconds >= STALL_SHARE * part_seconds
-    )
+    return seconds >= t.seconds or (seconds >= t.min_seconds and seconds >= t.share * part_seconds)
 
 
 def _median_step(run: Run, steps: _Steps) -> Optional[float]:
@@ -140,12 +263,13 @@ def _machine(run: Run, samples: Sequence[int]) -> tuple[float, float]:
     )
 
 
-def stall(run: Run) -> list[Finding]:
+def stall(run: Run, t: StallThresholds = STALL) -> list[Finding]:
     """``stall``: the step did not advance for a long time, and what the job did meanwhile."""
     steps = _steps(run)
     median = _median_step(run, steps)
-    found = [s for s in steps.stretches if _stalled(s.seconds, s.part_seconds, median)]
-    found = sorted(sorted(found, key=lambda s: -s.seconds)[:MAX_STALLS], key=lambda s: s.first)
+    found = [s for s in steps.stretches if _stalled(s.seconds, s.part_seconds, median, t)]
+    longest = sorted(found, key=lambda s: -s.seconds)[: int(t.max_stalls)]
+    found = sorted(longest, key=lambda s: s.first)
     start = next((t for t in run.time if t is not None), None)
     out = []
     for s in found:
@@ -176,7 +300,7 @@ def stall(run: Run) -> list[Finding]:
         if gpu == gpu:
             evidence["gpu_percent_mean"] = gpu
             said.append(f"its GPUs {gpu:.0f} %")
-        idle = cpu == cpu and cpu < STALL_IDLE_PERCENT and not gpu >= STALL_IDLE_PERCENT
+        idle = cpu == cpu and cpu < t.idle_percent and not gpu >= t.idle_percent
         meanwhile = ""
         if said:
             cause = (
@@ -207,13 +331,14 @@ def stall(run: Run) -> list[Finding]:
                 f"({evidence['share']:.0%} of the run{into}){ending}{meanwhile}.",
                 evidence,
                 run.span(samples),
+                Subject("step", str(s.step)),
             )
         )
     return out
 
 
 def _coincided(
-    run: Run, slow: Sequence[int], rest: Sequence[int]
+    run: Run, slow: Sequence[int], rest: Sequence[int], t: SlowStepsThresholds
 ) -> tuple[list[str], dict[str, float]]:
     """What was different during the ``slow`` samples from the ``rest``: words and numbers."""
     said: list[str] = []
@@ -222,7 +347,7 @@ def _coincided(
     during = mean(r for j in slow if (r := disk[j]) is not None)
     usual = [r for j in rest if (r := disk[j]) is not None]
     base = statistics.median(usual) if usual else 0.0
-    if during == during and during >= max(SPIKE_FACTOR * base, SPIKE_DISK_MIB_S):
+    if during == during and during >= max(t.spike_factor * base, t.spike_disk_mib_s):
         said.append(f"disk reads at {during:.0f} MiB/s (elsewhere {base:.0f})")
         evidence["disk_read_mib_s"] = during
     swap_column = run.columns.get(SWAP_KEY)
@@ -257,9 +382,9 @@ def _coincided(
             continue
         value, usual_value = max(during_values), statistics.median(rest_values)
         if d.unit == "%":
-            score = (value - usual_value) / SPIKE_POINTS
+            score = (value - usual_value) / t.spike_points
         else:
-            score = value / (SPIKE_FACTOR * usual_value) if usual_value > 0 else 0.0
+            score = value / (t.spike_factor * usual_value) if usual_value > 0 else 0.0
         if score >= 1.0 and (best is None or score > best[0]):
             best = (score, key, value, usual_value, d.unit)
     if best is not None:
@@ -269,7 +394,7 @@ def _coincided(
     return said, evidence
 
 
-def slow_steps(run: Run) -> list[Finding]:
+def slow_steps(run: Run, t: SlowStepsThresholds = SLOW_STEPS) -> list[Finding]:
     """``slow-steps``: steps much slower than the run's median, and what coincided."""
     column = run.columns.get("step.seconds")
     paces: list[_Pace]
@@ -299,20 +424,20 @@ def slow_steps(run: Run) -> list[Finding]:
     # The median of the longest each step may have taken, and slow where even the shortest
     # is over the factor: the samples' resolution never makes a step look slow.
     median = statistics.median(p.seconds for p in paces)
-    slow = [p for p in paces if p.least > SLOW_FACTOR * median]
-    if not median > 0 or not slow or len(slow) < SLOW_SHARE * len(paces):
+    slow = [p for p in paces if p.least > t.factor * median]
+    if not median > 0 or not slow or len(slow) < t.share * len(paces):
         return []
     during = sorted({j for p in slow for j in p.covered})
     chosen = set(during)
     rest = [j for p in paces for j in p.covered if j not in chosen]
     slowest = max(p.least for p in slow)
-    said, evidence = _coincided(run, during, rest)
+    said, evidence = _coincided(run, during, rest, t)
     span = run.span([p.first for p in slow])
     coincided = f"; at the same time: {'; '.join(said)}" if said else ""
     return [
         Finding(
             "slow-steps",
-            f"Steps took over {SLOW_FACTOR:g} times the run's median {duration(median)} per "
+            f"Steps took over {t.factor:g} times the run's median {duration(median)} per "
             f"step in {len(slow)} of {len(paces)} {source} (the slowest at least "
             f"{duration(slowest)} per step; "
             f"{where(run, span)}){coincided}.",
@@ -350,7 +475,7 @@ def _wait_weights(run: Run) -> list[tuple[int, float, float]]:
     return out
 
 
-def input_bound(run: Run) -> list[Finding]:
+def input_bound(run: Run, t: InputBoundThresholds = INPUT_BOUND) -> list[Finding]:
     """``input-bound``: the loop waited for data a large share of the time.
 
     From ``step.dataWaitPercent`` where the run has it; otherwise the job's GPUs mostly
@@ -358,16 +483,16 @@ def input_bound(run: Run) -> list[Finding]:
     """
     keyed = _wait_weights(run)
     if not keyed:
-        return _input_bound_machine(run)
+        return _input_bound_machine(run, t)
     if len(keyed) < MIN_SAMPLES:
         return []
-    over = [n for n, (_, w, _) in enumerate(keyed) if w > INPUT_WAIT_PERCENT]
+    over = [n for n, (_, w, _) in enumerate(keyed) if w > t.wait_percent]
     if not over:
         return []
     stretch = keyed[over[0] : over[-1] + 1]
     share = sum(w for _, _, w in stretch) / sum(w for _, _, w in keyed)
     wait = weighted((v, w) for _, v, w in stretch)
-    if share < INPUT_SPAN_SHARE or not wait > INPUT_WAIT_PERCENT:
+    if share < t.span_share or not wait > t.wait_percent:
         return []
     samples = [j for j, _, _ in stretch]
     cpu = mean(present(run.columns.get("cpu"), samples))
@@ -380,11 +505,11 @@ def input_bound(run: Run) -> list[Finding]:
         evidence["cpu_percent_mean"] = cpu
     if disk == disk:
         evidence["disk_read_mib_s"] = disk
-    if cpu > INPUT_CPU_PERCENT:
+    if cpu > t.cpu_percent:
         cause = f" while {mine} were saturated ({cpu:.0f} %); more DataLoader workers will not help"
-    elif disk > DISK_READ_MIB_S:
+    elif disk > t.disk_read_mib_s:
         cause = f" while reading from disk at {disk:.0f} MiB/s: the disk is likely the limit"
-    elif cpu < INPUT_IDLE_PERCENT:
+    elif cpu < t.idle_percent:
         cause = (
             f" while {mine} were only {cpu:.0f} % busy: the loader waits on I/O (disk, "
             "network) or has too few workers"
@@ -411,7 +536,7 @@ def _steps_words(run: Run, span: Optional[Span]) -> str:
     return f"The steps {where(run, span)}"
 
 
-def _input_bound_machine(run: Run) -> list[Finding]:
+def _input_bound_machine(run: Run, t: InputBoundThresholds) -> list[Finding]:
     """``input-bound`` without step keys: the job's GPUs mostly idle, its CPU saturated."""
     cpu = run.columns.get("cpu")
     if cpu is None:
@@ -424,15 +549,15 @@ def _input_bound_machine(run: Run) -> list[Finding]:
     if len(pairs) < MIN_SAMPLES:
         return []
     gpu_mean = statistics.fmean(gpu for _, gpu, _ in pairs)
-    busy = [j for j, _, c in pairs if c > INPUT_CPU_PERCENT]
+    busy = [j for j, _, c in pairs if c > t.cpu_percent]
     share = len(busy) / len(pairs)
-    if gpu_mean >= INPUT_GPU_PERCENT or share < INPUT_SHARE:
+    if gpu_mean >= t.gpu_percent or share < t.share:
         return []
     return [
         Finding(
             "input-bound",
             f"The GPUs waited on the CPU: they were busy {gpu_mean:.0f} % of the time on "
-            f"average while the job's CPU was above {INPUT_CPU_PERCENT:.0f} % in "
+            f"average while the job's CPU was above {t.cpu_percent:.0f} % in "
             f"{share:.0%} of the samples; data loading or preprocessing is likely the "
             "bottleneck.",
             {
@@ -443,3 +568,73 @@ def _input_bound_machine(run: Run) -> list[Finding]:
             run.span(busy),
         )
     ]
+
+
+INPUT_BOUND_RULE = Rule(
+    code="input-bound",
+    summary="the loop waited for data a large share of its time, with the likely cause",
+    scope="node",
+    live=True,
+    thresholds=INPUT_BOUND,
+    check=input_bound,
+    why="Time spent waiting for a batch is time the accelerator idles: the loader, not the "
+    "model, sets the pace.",
+    how="**with step keys**: `step.dataWaitPercent`, each sample weighted by the seconds of "
+    "the steps it closed (the longer of the time since the previous sample and "
+    "`step.seconds`); over the stretch from the first to the last sample above "
+    "`wait_percent`, which holds at least `span_share` of the steps' seconds, the weighted "
+    "mean is above `wait_percent`. Cause: the job's `cpu` above `cpu_percent` over the "
+    'stretch: "the job\'s CPUs were saturated; more DataLoader workers will not help"; '
+    "else the `disk.in` read rate above `disk_read_mib_s`: the disk; else `cpu` below "
+    "`idle_percent`: I/O or too few workers. **Without step keys**: over samples where the "
+    "job uses a GPU (`gpu.process.{i}.*` present), mean `gpu.{i}.gpu` of the job's GPUs "
+    "below `gpu_percent` and `cpu` above `cpu_percent` in at least `share` of them",
+)
+
+STALL_RULE = Rule(
+    code="stall",
+    summary="the step did not advance for a long time, and what the job did meanwhile "
+    "(one per stall, the longest)",
+    scope="node",
+    live=True,
+    thresholds=STALL,
+    check=stall,
+    why="A hang (a collective waiting for a peer, a deadlock) burns the allocation doing "
+    "nothing; work outside the steps (evaluation, checkpoints) is time not training.",
+    how="from the samples' `step` and clock, per recording and node: a step held from the "
+    "first to the last sample that has it for at least `seconds`, or for at least `share` "
+    "of the recording and at least `min_seconds`; either way at least `step_times` times "
+    "the run's median seconds per step (of `step.seconds`, else between step changes), so "
+    "steadily slow steps are none. The job's mean `cpu` and GPU utilization over it: both "
+    'below `idle_percent`: "a hang or a deadlock"; else work outside the steps '
+    "(evaluation, checkpoint) or a busy wait. A run that ends while stalled is one too: "
+    "`ended_stalled` = 1 where its `end` line says it did not finish (killed, failed, "
+    'timed out) or it has none yet (live: "still at the last sample"); a run that '
+    'finished normally after a long last step says "until the run finished". The '
+    "duration is a lower bound: the step may have stopped up to one interval before its "
+    "first sample. Its subject is its step: said live once per stall",
+)
+
+SLOW_STEPS_RULE = Rule(
+    code="slow-steps",
+    summary="steps much slower than the run's median, and what coincided",
+    scope="node",
+    live=True,
+    thresholds=SLOW_STEPS,
+    check=slow_steps,
+    why="Occasional slow steps (a disk burst, swapping, throttling, garbage collection) "
+    "cost time the mean hides.",
+    how="`step.seconds` above `factor` times the median in at least `share` of the samples "
+    "with it; each recording's first sample with a step (its warm-up: compilation, the "
+    "first batch, workers starting) is left out. Without step keys, from the samples' "
+    "step changes (stalls left out): a step took at most the time from its first sample "
+    "to the next step's, and at least the time to its last sample; the median is of the "
+    "most, and a step is slow where even its least is over `factor` times it, so a step "
+    "faster than the samples never looks slow. Coincided, over the samples of the slow "
+    "steps against the others' median: the `disk.in` read rate at least `spike_factor` "
+    "times and at least `spike_disk_mib_s`; `memory.swapPercent` more than 1 point "
+    "higher; a `gpu.{i}.throttle.*` reason in 25 % more of them; the gauge key whose peak "
+    "stands out most (a % key at least `spike_points` points; any other at least "
+    "`spike_factor` times). A step.seconds value is the mean of the steps a sample "
+    "closed: one slow step among many fast ones in one interval is diluted",
+)

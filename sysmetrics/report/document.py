@@ -11,8 +11,11 @@ version)::
      "findings": [                          across nodes first, then each node's
         {"rule": str, "sentence": str, "evidence": {name: number},
          "span": {"axis": "step" | "time", "first": number, "last": number} | null,
-         "node": int | null}, ...],         the node whose samples it is about; null:
+         "node": int | null,                the node whose samples it is about; null:
                                             the whole run (one node, or across nodes)
+         "subject": {"kind": str, "id": str, "facet": str, "node": int | null} | null},
+                                            ...], what it is about (findings.Subject):
+                                            a gpu, a node, a step, a resource
      "nodes": [
         {"node": int | null, "file": path | null, "samples": int, "recordings": int,
          "seconds": number,                 duration, recordings' gaps left out
@@ -57,6 +60,7 @@ def finding_json(finding: Finding, node: Optional[int]) -> dict[str, Any]:
         if span is None
         else {"axis": span.axis, "first": _finite(span.first), "last": _finite(span.last)},
         "node": node,
+        "subject": None if finding.subject is None else finding.subject._asdict(),
     }
 
 

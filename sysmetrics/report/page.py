@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Optional
 
-from sysmetrics.findings import NO_MATCH, Finding, findings
+from sysmetrics.findings import CROSS_NODE_CODES, NO_MATCH, Finding, findings
 from sysmetrics.report.data import (
     MAX_ROWS,
     MAX_STALLS_SAID,
@@ -121,7 +121,7 @@ def _recording_text(rec: Recording) -> str:
     return (", ".join(said) + ": " if said else "") + ending(rec)
 
 
-CROSS_NODE_RULES = ("straggler-node",)  # rules that compare nodes: found over the whole run
+CROSS_NODE_RULES = CROSS_NODE_CODES  # rules that compare nodes (the registry's run scope)
 
 
 def stall_sentence(stall: Stall) -> str:
