@@ -15,6 +15,14 @@ from sysmetrics import BaseCollector, SystemMetricsWarning
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "allow_warnings(*regex): SystemMetricsWarnings whose message matches one regex "
+        "(re.search) may be issued, on any thread; any other fails the test",
+    )
+
+
 @pytest.fixture(autouse=True)
 def no_unexpected_warning(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail any test in which a ``SystemMetricsWarning`` it did not expect was issued.
