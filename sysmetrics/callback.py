@@ -35,17 +35,21 @@ RUN_FILE_NODE = "system_metrics.node{node}.jsonl"  # the same, one per node on s
 
 
 def _elsewhere(message: str) -> None:
-    """Warn that a per-machine setting does not hold here, inside a distributed run."""
+    """Warn that a per-machine setting does not hold here, inside a distributed run.
+
+    Called by ``CallbackCore.__init__`` once every option is valid: a construction that
+    raises leaves nothing out, so it does not say it does.
+    """
     warnings.warn(
         f"sysmetrics: {message}; inside a distributed run this machine leaves it out (the "
         "other ranks keep it), rather than fail on some ranks only",
         SystemMetricsWarning,
-        stacklevel=5,
+        stacklevel=4,  # the user's line: _elsewhere, CallbackCore, the framework's callback
     )
 
 
-def _disk_paths_here(value: object) -> object:
-    """``disk_paths`` without the paths this machine lacks (each with a warning).
+def _disk_paths_here(value: object, left_out: list[str]) -> object:
+    """``disk_paths`` without the paths this machine lacks (each said in ``left_out``).
 
     Entries that are not paths are kept, for the monitor's own ``TypeError``.
     """
@@ -55,7 +59,7 @@ def _disk_paths_here(value: object) -> object:
     kept = []
     for item in items:
         if isinstance(item, (str, os.PathLike)) and missing_here(os.fspath(item)):
-            _elsewhere(f"disk_paths contains {os.fspath(item)!r}, which does not exist here")
+            left_out.append(f"disk_paths contains {os.fspath(item)!r}, which does not exist here")
         else:
             kept.append(item)
     return kept
@@ -83,13 +87,13 @@ def check_monitor(value: object) -> SystemMonitor | None:
 
 
 def check_run_file(
-    value: object, owner: str, run_dirs: bool, elsewhere: bool = False
+    value: object, owner: str, run_dirs: bool, elsewhere: list[str] | None = None
 ) -> str | bool | None:
     """The ``run_file`` option checked: None, True (the run's log directory) or a path.
 
     ``owner`` names the callback in the message; ``run_dirs``: whether its framework has
-    a run log directory; ``elsewhere``: inside a distributed run, a path that cannot be
-    written here is left out with a warning instead of an error.
+    a run log directory; ``elsewhere`` (inside a distributed run): a path that cannot be
+    written here is left out, its problem appended there for a warning, instead of an error.
     """
     if value is None or value is False:
         return None
@@ -123,9 +127,9 @@ def check_run_file(
         problem = OptionError("run_file", value, f"its directory {directory!r} does not exist")
     if problem is None:
         return path
-    if not elsewhere:
+    if elsewhere is None:
         raise problem
-    _elsewhere(f"{problem} here")
+    elsewhere.append(f"{problem} here")
     return None
 
 
@@ -184,7 +188,10 @@ class CallbackCore:
         # a distributed run one that does not hold here is left out with a warning, as
         # an error on some ranks only would leave the others waiting for them.
         elsewhere = distributed.launched()
-        self.run_file = check_run_file(own.pop("run_file", None), owner, run_dirs, elsewhere)
+        left_out: list[str] = []  # warned once every option holds
+        self.run_file = check_run_file(
+            own.pop("run_file", None), owner, run_dirs, left_out if elsewhere else None
+        )
         checked = opts.check(CALLBACK_OPTIONS[1:], own)  # interval is the monitor's
         self.logging_interval: str = checked["logging_interval"]
         self.log_every_n_steps: int | None = checked["log_every_n_steps"]
@@ -198,13 +205,17 @@ class CallbackCore:
             **monitor_options,
         }
         if elsewhere and "disk_paths" in monitor_options:
-            self.monitor_options["disk_paths"] = _disk_paths_here(monitor_options["disk_paths"])
+            self.monitor_options["disk_paths"] = _disk_paths_here(
+                monitor_options["disk_paths"], left_out
+            )
         self.shared = monitor  # a monitor the user owns: never stopped here
         # Validate every monitor option now, with the monitor's own messages, and keep
         # that monitor for the first start (its collectors may have run a vendor tool).
         self._unstarted: SystemMonitor | None = (
-            self._new_monitor(elsewhere) if monitor is None else None
+            self._new_monitor(elsewhere, left_out) if monitor is None else None
         )
+        for message in left_out:
+            _elsewhere(message)
         self._names: dict[tuple[str, str], str | None] = {}  # (key, separator) -> name
         self._produced: set[str] = set()  # every name ``named()`` has given out
         self._lock = threading.Lock()
@@ -231,11 +242,11 @@ class CallbackCore:
         run = self.run
         return None if run is None else run.layout
 
-    def _new_monitor(self, elsewhere: bool) -> SystemMonitor:
+    def _new_monitor(self, elsewhere: bool, left_out: list[str]) -> SystemMonitor:
         """The callback's own monitor, checking every option with the monitor's messages.
 
         Inside a distributed run, ``gpu_ids`` naming a GPU this machine lacks (or with no
-        NVIDIA GPU here) watches no NVIDIA GPU here, with a warning.
+        NVIDIA GPU here) watches no NVIDIA GPU here, said in ``left_out`` for a warning.
         """
         options = self.monitor_options
         try:
@@ -248,9 +259,10 @@ class CallbackCore:
                 or isinstance(exc, TypeError)  # not a list: wrong on every node
             ):
                 raise
-            _elsewhere(f"{exc}; no NVIDIA GPU is watched here")
             options["gpu_ids"] = []
-            return SystemMonitor(**options)
+            watched = SystemMonitor(**options)
+            left_out.append(f"{exc}; no NVIDIA GPU is watched here")
+            return watched
 
     def __getstate__(self) -> dict[str, Any]:
         # ddp_spawn pickles callbacks; a monitor holds locks and handles, so the copy
