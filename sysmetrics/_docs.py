@@ -66,9 +66,7 @@ def metrics_table() -> str:
     ]
     for d in DESCRIPTIONS:
         prom = f"`sysmetrics_{d.prometheus}`" if d.prometheus else "not exported"
-        rows.append(
-            f"| `{d.key}` | {d.unit} | {d.kind} | {d.weight} | {prom} | {_cell(d.help)} |"
-        )
+        rows.append(f"| `{d.key}` | {d.unit} | {d.kind} | {d.weight} | {prom} | {_cell(d.help)} |")
     return "\n".join(rows) + "\n"
 
 
