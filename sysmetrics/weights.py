@@ -30,9 +30,9 @@ def sample_weights(run: Run, how: Weight) -> list[float]:
 
     ``sample``: 1 each. ``steps``: the steps a sample with ``step.seconds`` stands for,
     the growth of ``step`` since the previous such sample of its node's recording (steps
-    restart with a recording, and nodes' samples interleave); where that is unknown (the
-    first such sample, a step that went back, no marks) the median of the others (1
-    where there are none). ``step_seconds``: those steps times ``step.seconds`` (s).
+    restart with a recording, and nodes' samples interleave), for the first such sample
+    since the latest sample before it with a mark; where that is unknown (no mark before
+    it, a step that went back) the median of the others (1 where there are none). ``step_seconds``: those steps times ``step.seconds`` (s).
     NaN for a sample without ``step.seconds`` (it closed no step), for either. A run
     with no ``step.seconds`` at all (a file another tool wrote, a gather's node without
     it) says nothing of its steps: 1 each, as the readers count a key given no weight.
@@ -42,11 +42,17 @@ def sample_weights(run: Run, how: Weight) -> list[float]:
     if how == "sample" or per_step is None:
         return [1.0] * n
     steps = [_NAN] * n
-    timed = [j for j in range(n) if per_step[j] == per_step[j]]
+    timed = []
     previous: dict[tuple[Optional[int], int], int] = {}  # each node's recording's last step
-    for j in timed:
+    marked: dict[tuple[Optional[int], int], int] = {}  # ... at any sample, before the first
+    for j in range(n):
         here, part = run.step[j], (run.node[j], run.recording[j])
-        before = previous.get(part)
+        if per_step[j] != per_step[j]:  # NaN: no step closed here
+            if here is not None and part not in previous:
+                marked[part] = here
+            continue
+        timed.append(j)
+        before = previous.get(part, marked.get(part))
         if before is not None and here is not None and here > before:
             steps[j] = float(here - before)
         if here is not None:

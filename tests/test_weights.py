@@ -86,3 +86,42 @@ def test_the_table_and_the_input_bound_finding_say_one_data_wait(tmp_path: Path)
     waits = [v for v in r.columns["step.dataWaitPercent"] if not math.isnan(v)]
     assert min(waits) > 30.0
     assert found["evidence"]["wait_percent"] == pytest.approx(row["mean"], rel=1e-9)
+
+
+def test_a_live_finding_says_the_readers_data_wait(tmp_path: Path) -> None:
+    """A real monitor whose step clock closes one 0.3 s step (40 % waiting) at one sample
+    and five 0.06 s steps (80 % waiting) at the next, eight times over: the readers'
+    window weighs both samples alike (0.3 s of steps each): 60 %. Live findings over the
+    same monitor must say 60 %, not 47 % (the five steps' sample weighed as one step).
+
+    Regression (issue 31): live findings weighed a sample by the longer of the sampling
+    interval and one ``step.seconds``, whatever the steps it closed."""
+    from sysmetrics.announce import LiveFindings
+    from sysmetrics.monitor import SystemMonitor
+    from sysmetrics.steptime import StepClock
+
+    t = [0.0]
+    clock = StepClock(lambda: t[0])
+    lines: list[str] = []
+    with SystemMonitor(interval=3600, collectors=[]) as m:
+        m.step_timing = clock.read
+        window = m.reader()
+        live = LiveFindings(m, lines.append, every=3600, first=3600)  # evaluated at close
+        clock.restart()
+        m.step = 0
+        m._sample_once()  # the baseline
+        for _ in range(8):
+            for steps, seconds, wait in ((1, 0.3, 0.4), (5, 0.06, 0.8)):
+                for _ in range(steps):
+                    t[0] += seconds * wait
+                    clock.waited(seconds * wait)
+                    t[0] += seconds * (1 - wait)
+                    clock.end(samples=8)
+                    m.step += 1
+                m._sample_once()
+        got = window.snapshot()
+        live.close()
+    assert got["step.dataWaitPercent"] == pytest.approx(60.0)
+    said = [line for line in lines if "waiting for data" in line]
+    assert len(said) == 1, lines
+    assert " spent 60 % of their time waiting for data" in said[0], said
