@@ -32,8 +32,9 @@ def sample_weights(run: Run, how: Weight) -> list[float]:
     the growth of ``step`` since the previous such sample of its node's recording (steps
     restart with a recording, and nodes' samples interleave), for the first such sample
     since the latest sample before it with a mark; where that is unknown (no mark before
-    it, a step that went back) the median of the others (1 where there are none). ``step_seconds``: those steps times ``step.seconds`` (s).
-    NaN for a sample without ``step.seconds`` (it closed no step), for either. A run
+    it, a step that went back) the median of the others (1 where there are none).
+    ``step_seconds``: those steps times ``step.seconds`` (s). NaN for a sample without
+    ``step.seconds`` (it closed no step), for either. A run
     with no ``step.seconds`` at all (a file another tool wrote, a gather's node without
     it) says nothing of its steps: 1 each, as the readers count a key given no weight.
     """
