@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sysmetrics import runfile
+from sysmetrics.runfile import Run
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc, locks files")
 
@@ -125,3 +126,78 @@ def test_a_live_finding_says_the_readers_data_wait(tmp_path: Path) -> None:
     said = [line for line in lines if "waiting for data" in line]
     assert len(said) == 1, lines
     assert " spent 60 % of their time waiting for data" in said[0], said
+
+
+def test_the_step_collector_weighs_each_key_as_its_description_says() -> None:
+    """Two steps of 0.05 s closed between samples: the keys of ``steps`` weight count 2,
+    those of ``step_seconds`` 0.1 s, as declared in descriptions.py (no second list)."""
+    from sysmetrics.descriptions import DESCRIPTIONS, weight
+    from sysmetrics.steptime import StepClock, StepCollector
+
+    t = [0.0]
+    clock = StepClock(lambda: t[0])
+    steps = StepCollector(lambda: clock.read)
+    clock.restart()
+    steps.sample()
+    for _ in range(2):
+        t[0] += 0.01
+        clock.waited(0.01)
+        t[0] += 0.04
+        clock.end(samples=8)
+    out = steps.sample()
+    assert set(out) == {"step.seconds", "step.dataWaitPercent", "step.samplesPerSecond"}
+    by = {"steps": 2.0, "step_seconds": 0.1}
+    assert steps.weights == {k: pytest.approx(by[weight(k)]) for k in out}
+    declared = {d.key: d.weight for d in DESCRIPTIONS if d.key.startswith("step.")}
+    assert declared == {
+        "step.seconds": "steps",
+        "step.dataWaitPercent": "step_seconds",
+        "step.samplesPerSecond": "step_seconds",
+        "step.energyJoules": "steps",
+    }
+    assert {weight("cpu"), weight("step.seconds.max"), weight("no.such.key")} == {"sample"}
+
+
+def crafted(steps: list[int | None], per_step: list[float], nodes: list[int | None]) -> Run:
+    from array import array
+
+    run = Run()
+    for j, s in enumerate(steps):
+        run.time.append(1.7e9 + j)
+        run.monotonic.append(float(j))
+        run.step.append(s)
+        run.node.append(nodes[j])
+        run.recording.append(0)
+    nan = float("nan")
+    run.columns = {
+        "step.seconds": array("d", per_step),
+        "step.dataWaitPercent": array(
+            "d", [nan if v != v else 10.0 * j for j, v in enumerate(per_step)]
+        ),
+    }
+    return run
+
+
+def test_sample_weights_from_the_step_marks_of_each_node() -> None:
+    """Steps since the previous sample with step keys, per node (samples interleave);
+    the first from the mark before it; the median where no mark says."""
+    from sysmetrics.weights import sample_weights, weighted_mean
+
+    nan = float("nan")
+    #          node 0 baseline, node 1 (no mark), node 0: +2, node 1: ?, node 0: +1, node 1: +3
+    run = crafted([0, None, 2, 5, 3, 8], [nan, nan, 0.5, 1.0, 0.5, 1.0], [0, 1, 0, 1, 0, 1])
+    steps = sample_weights(run, "steps")
+    assert all(math.isnan(s) for s in steps[:2])  # no step closed there
+    assert steps[2:] == [2.0, 2.0, 1.0, 3.0]  # node 1's first: the median of 2, 1, 3
+    assert sample_weights(run, "step_seconds")[2:] == [1.0, 2.0, 0.5, 3.0]
+    assert sample_weights(run, "sample") == [1.0] * 6
+    # step.dataWaitPercent is 20, 30, 40, 50 at those samples, weighted by seconds:
+    assert weighted_mean(run, "step.dataWaitPercent") == pytest.approx(
+        (20 * 1.0 + 30 * 2.0 + 40 * 0.5 + 50 * 3.0) / 6.5
+    )
+    assert weighted_mean(run, "step.dataWaitPercent", [2, 4]) == pytest.approx(
+        (20 * 1.0 + 40 * 0.5) / 1.5
+    )
+    assert math.isnan(weighted_mean(run, "cpu"))  # no such key
+    del run.columns["step.seconds"]  # nothing says the steps: each sample once
+    assert weighted_mean(run, "step.dataWaitPercent") == pytest.approx(35.0)
