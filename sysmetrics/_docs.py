@@ -5,7 +5,7 @@
 options and Prometheus tables are never written by hand and cannot drift from the code:
 
 - ``metrics``: every key family of :data:`sysmetrics.descriptions.DESCRIPTIONS`, with its
-  unit, kind and help;
+  unit, kind, weight (how a sample counts in a mean) and help;
 - ``prometheus``: the exported Prometheus names (:func:`~sysmetrics.descriptions.markdown_table`);
 - ``options``: every option of ``SystemMonitor``, the callbacks and ``sysmetrics record``,
   from the options declaration (:data:`sysmetrics.options.OPTIONS`);
@@ -59,14 +59,14 @@ def options_table() -> str:
 
 
 def metrics_table() -> str:
-    """Every key family: its unit, kind (gauge or counter), Prometheus name and help."""
+    """Every key family: its unit, kind (gauge or counter), weight, Prometheus name and help."""
     rows = [
-        "| key | unit | kind | Prometheus | meaning |",
-        "|---|---|---|---|---|",
+        "| key | unit | kind | weight | Prometheus | meaning |",
+        "|---|---|---|---|---|---|",
     ]
     for d in DESCRIPTIONS:
         prom = f"`sysmetrics_{d.prometheus}`" if d.prometheus else "not exported"
-        rows.append(f"| `{d.key}` | {d.unit} | {d.kind} | {prom} | {_cell(d.help)} |")
+        rows.append(f"| `{d.key}` | {d.unit} | {d.kind} | {d.weight} | {prom} | {_cell(d.help)} |")
     return "\n".join(rows) + "\n"
 
 

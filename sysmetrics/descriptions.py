@@ -22,6 +22,14 @@ Aggregation = Literal["mean", "last", "peak"]
 value. ``peak``: gauges averaged, plus a ``<key>.max`` companion with the window's maximum.
 """
 
+Weight = Literal["sample", "steps", "step_seconds"]
+"""How much each sample of a key counts in a mean over a window or a run.
+
+``sample``: once each (every key but the step keys). ``steps``: by the optimizer steps
+the sample stands for (a per-step value: ``step.seconds``). ``step_seconds``: by those
+steps' seconds (a share of step time, or a rate over it: ``step.dataWaitPercent``).
+"""
+
 _MIB = 1024.0**2
 _GIB = 1024.0**3
 
@@ -43,6 +51,9 @@ class Description:
         prometheus_labels: the Prometheus label of each placeholder of ``key``, in order.
         peak: whether the monitor adds a ``<key>.max`` companion holding each window's
             peak (memory gauges, whose short peaks a mean hides).
+        weight: how each sample counts in a mean (:data:`Weight`): the monitor's
+            readers, the step collector, the report's table and the findings all read
+            it here (:func:`sysmetrics.weights.weighted_mean`).
 
     """
 
@@ -54,6 +65,7 @@ class Description:
     scale: float = 1.0
     prometheus_labels: tuple[str, ...] = ()
     peak: bool = False
+    weight: Weight = "sample"
 
     @property
     def aggregation(self) -> Aggregation:
@@ -191,17 +203,19 @@ DESCRIPTIONS: tuple[Description, ...] = (
     # Training steps (sysmetrics.steptime): where step time goes, from the step hooks.
     Description("step.seconds", "s", "gauge",
                 "Wall-clock seconds per optimizer step, waits included (mean over the steps "
-                "completed in the window)", "training_step_seconds"),
+                "completed in the window)", "training_step_seconds", weight="steps"),
     Description("step.dataWaitPercent", "%", "gauge",
                 "% of step time spent between steps waiting for the next batch (fetch and the "
-                "framework's work between batches)", "training_data_wait_percent"),
+                "framework's work between batches)", "training_data_wait_percent",
+                weight="step_seconds"),
     Description("step.samplesPerSecond", "samples/s", "gauge",
                 "Training samples per second over the whole job (all ranks), where the batch "
-                "size is known", "training_samples_per_second"),
+                "size is known", "training_samples_per_second",
+                weight="step_seconds"),
     Description("step.energyJoules", "J", "gauge",
                 "Energy per optimizer step: the growth of every energy counter read "
                 "(gpu.{i}, cpu, memory .energyJoules) over the steps completed",
-                "training_step_energy_joules"),
+                "training_step_energy_joules", weight="steps"),
     # GPUs: NVIDIA (NVML), AMD (rocm-smi, amd-smi), Apple (gpu.0 only).
     *_GPU,
     *(replace(d, key=d.key.replace("gpu.", "gpu.process.", 1), prometheus=None,
@@ -347,6 +361,16 @@ def family(key: str) -> Optional[Description]:
     """
     found = _families(key)
     return found[0][0] if found else None
+
+
+def weight(key: str) -> Weight:
+    """How a sample of ``key`` counts in a mean: its family's :attr:`Description.weight`.
+
+    ``sample`` for an undescribed key and for a ``.max`` companion (a peak, never averaged
+    by steps). Looked up in :func:`describe`'s cache.
+    """
+    found = None if key.endswith(".max") else _described(key)
+    return "sample" if found is None else found[0].weight
 
 
 def aggregation(key: str) -> Aggregation:

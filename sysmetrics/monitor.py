@@ -514,7 +514,7 @@ class SystemMonitor(_Readers):
             s = series[key]
             s.last = v
             s.seen = tick
-        weights = self._steps.weights if c is self._steps else None  # steps, seconds
+        weights = self._steps.weights if c is self._steps else None  # Description.weight
         for r in readers:  # the hot loop: each reader's window of each key
             r.fold(checked, weights)
 

@@ -155,8 +155,9 @@ class Reader:
         """Fold one collector's checked values into this reader's window (the hot loop).
 
         ``weights``: how much each key's value counts in the window's mean (1 where not
-        given): ``step.seconds`` counts once per step it stands for and
-        ``step.dataWaitPercent`` by the seconds, so a window's value is over its steps.
+        given), as its :attr:`~sysmetrics.descriptions.Description.weight` says:
+        ``step.seconds`` counts once per step it stands for and ``step.dataWaitPercent``
+        by the steps' seconds, so a window's value is over its steps.
         """
         acc = self._acc
         if weights:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple, Optional
 
 from sysmetrics.collectors.base import BaseCollector
+from sysmetrics.descriptions import weight
 from sysmetrics.errors import SystemMetricsWarning
 
 
@@ -140,6 +141,10 @@ class StepCollector(BaseCollector):
     counters (:meth:`observe`); it reports nothing at a sample that closed no step
     (nothing stale at a new point), and :attr:`weight` says how many steps its latest
     sample stands for, by which the monitor's readers weigh it.
+
+    :attr:`weights` holds, for each key of the latest sample, what it counts in a
+    window's mean: its :attr:`~sysmetrics.descriptions.Description.weight` (steps, or
+    those steps' seconds) made a number.
     """
 
     name = "steps"
@@ -174,12 +179,6 @@ class StepCollector(BaseCollector):
         if steps <= 0 or seconds <= 0.0:
             return {}
         self._prev = totals
-        self.weights = {
-            "step.seconds": float(steps),
-            "step.energyJoules": float(steps),
-            "step.dataWaitPercent": seconds,
-            "step.samplesPerSecond": seconds,
-        }
         out = {
             "step.seconds": seconds / steps,
             "step.dataWaitPercent": 100.0 * (totals.wait - prev.wait) / seconds,
@@ -193,6 +192,9 @@ class StepCollector(BaseCollector):
             if joules >= 0.0:
                 out["step.energyJoules"] = joules / steps
         self._energy_prev = dict(energy)
+        # Each key weighs as its description says: by these steps, or by their seconds.
+        by = {"steps": float(steps), "step_seconds": seconds, "sample": 1.0}
+        self.weights = {key: by[weight(key)] for key in out}
         return out
 
 

@@ -194,7 +194,8 @@ def test_generated_tables_list_every_declaration() -> None:
     from sysmetrics.options import OPTIONS
 
     metrics = _docs.generate("metrics")
-    assert all(f"| `{d.key}` | {d.unit} | {d.kind} |" in metrics for d in DESCRIPTIONS)
+    assert all(f"| `{d.key}` | {d.unit} | {d.kind} | {d.weight} |" in metrics for d in DESCRIPTIONS)
+    assert "| `step.dataWaitPercent` | % | gauge | step_seconds |" in metrics
     options = _docs.generate("options")
     assert all(f"| `{o.name}` |" in options for o in OPTIONS)
     assert "| `interval` | <code>float</code> | <code>1.0</code> | s |" in options

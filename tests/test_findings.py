@@ -382,8 +382,10 @@ def test_input_bound_from_data_wait_names_a_saturated_cpu(tmp_path: Path) -> Non
     )
     assert finding.span == fd.Span("step", 4, 15)
     assert finding.evidence["wait_percent"] == pytest.approx(45)
-    # The first sample's steps weigh one step (0.5 s; no interval before it), the others 1 s.
-    assert finding.evidence["share"] == pytest.approx(12 / 19.5)
+    # Each sample closed one step (its mark grows by one; the first counts as the median)
+    # of 0.5 s: weighed by those seconds, as the table and the readers weigh it, not by
+    # the 1 s sampling interval (issue 31).
+    assert finding.evidence["share"] == pytest.approx(12 / 20)
 
 
 def test_input_bound_names_io_or_disk_when_the_cpu_is_not_saturated(tmp_path: Path) -> None:

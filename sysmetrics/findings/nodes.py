@@ -18,11 +18,17 @@ from sysmetrics.findings._base import (
     node_runs,
     present,
     threshold,
-    weighted,
 )
 from sysmetrics.findings.machine import THROTTLE_REASONS, THROTTLE_SHARE, swap_rise, throttled
-from sysmetrics.findings.training import INPUT_CPU_PERCENT, INPUT_SHARE, _steps, _wait_weights
+from sysmetrics.findings.training import (
+    INPUT_CPU_PERCENT,
+    INPUT_SHARE,
+    WAIT_KEY,
+    _steps,
+    _wait_weights,
+)
 from sysmetrics.runfile import Run
+from sysmetrics.weights import weighted_mean
 
 STRAGGLER_WAIT_POINTS = 15.0  # points: a node's data wait above the other nodes' median by this
 STRAGGLER_RATIO = 1.5  # a node's seconds per step this many times the other nodes' median
@@ -141,9 +147,8 @@ def straggler_node(run: Run, t: StragglerThresholds = STRAGGLER) -> list[Finding
     had_steps = False
     waits = {}
     for k, part in nodes.items():
-        keyed = _wait_weights(part)
-        if len(keyed) >= MIN_SAMPLES:
-            waits[k] = weighted((v, w) for _, v, w in keyed)
+        if len(_wait_weights(part)) >= MIN_SAMPLES:
+            waits[k] = weighted_mean(part, WAIT_KEY)
     if len(waits) >= 2:
         had_steps = True
         node = max(waits, key=lambda k: waits[k])

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
-from sysmetrics.descriptions import family, split_node
+from sysmetrics.descriptions import family, split_node, weight
 from sysmetrics.findings._base import (
     MIN_SAMPLES,
     Finding,
@@ -22,19 +22,19 @@ from sysmetrics.findings._base import (
     cpus,
     duration,
     gpu_indices,
-    intervals,
     mean,
     once,
     parts,
     present,
     rates,
     threshold,
-    weighted,
     where,
 )
 from sysmetrics.findings.machine import DISK_READ_MIB_S, SWAP_KEY, THROTTLE_REASONS
 from sysmetrics.runfile import Run, Span
+from sysmetrics.weights import sample_weights, weighted_mean
 
+WAIT_KEY = "step.dataWaitPercent"
 INPUT_WAIT_PERCENT = 30.0  # %: steps' data wait above this, weighted by their seconds ...
 INPUT_SPAN_SHARE = 0.30  # ... over a stretch of at least this share of the steps' seconds
 INPUT_CPU_PERCENT = 80.0  # %: the job's cpu above this: saturated (both paths)
@@ -456,23 +456,15 @@ def slow_steps(run: Run, t: SlowStepsThresholds = SLOW_STEPS) -> list[Finding]:
 def _wait_weights(run: Run) -> list[tuple[int, float, float]]:
     """``(sample, step.dataWaitPercent, weight)``: the seconds of steps each sample closed.
 
-    A sample's step keys cover the steps completed since the previous sample: about the
-    longer of the sampling interval and one step (``step.seconds``).
+    The weight is the key's :attr:`~sysmetrics.descriptions.Description.weight` made a
+    number (:func:`sysmetrics.weights.sample_weights`), as the report's table and the
+    monitor's readers weigh it: time outside steps counts as no waiting.
     """
-    wait = run.columns.get("step.dataWaitPercent")
+    wait = run.columns.get(WAIT_KEY)
     if wait is None:
         return []
-    seconds = run.columns.get("step.seconds")
-    dt = intervals(run)
-    out = []
-    for j, w in enumerate(wait):
-        if w != w:
-            continue
-        step = seconds[j] if seconds is not None and seconds[j] == seconds[j] else 0.0
-        weight = max(dt[j] or 0.0, step)
-        if weight > 0:
-            out.append((j, w, weight))
-    return out
+    weights = sample_weights(run, weight(WAIT_KEY))
+    return [(j, v, w) for j, (v, w) in enumerate(zip(wait, weights)) if v == v and w > 0]
 
 
 def input_bound(run: Run, t: InputBoundThresholds = INPUT_BOUND) -> list[Finding]:
@@ -491,10 +483,10 @@ def input_bound(run: Run, t: InputBoundThresholds = INPUT_BOUND) -> list[Finding
         return []
     stretch = keyed[over[0] : over[-1] + 1]
     share = sum(w for _, _, w in stretch) / sum(w for _, _, w in keyed)
-    wait = weighted((v, w) for _, v, w in stretch)
+    samples = [j for j, _, _ in stretch]
+    wait = weighted_mean(run, WAIT_KEY, samples)
     if share < t.span_share or not wait > t.wait_percent:
         return []
-    samples = [j for j, _, _ in stretch]
     cpu = mean(present(run.columns.get("cpu"), samples))
     read = rates(run, "disk.in")
     disk = mean(r for j in samples if (r := read[j]) is not None)
@@ -580,10 +572,11 @@ INPUT_BOUND_RULE = Rule(
     why="Time spent waiting for a batch is time the accelerator idles: the loader, not the "
     "model, sets the pace.",
     how="**with step keys**: `step.dataWaitPercent`, each sample weighted by the seconds of "
-    "the steps it closed (the longer of the time since the previous sample and "
-    "`step.seconds`); over the stretch from the first to the last sample above "
-    "`wait_percent`, which holds at least `span_share` of the steps' seconds, the weighted "
-    "mean is above `wait_percent`. Cause: the job's `cpu` above `cpu_percent` over the "
+    "the steps it closed (the growth of `step` since the previous sample with step keys, "
+    "times `step.seconds`: time outside steps weighs nothing, as in the summary table); "
+    "over the stretch from the first to the last sample above `wait_percent`, which "
+    "holds at least `span_share` of the steps' seconds, the weighted mean is above "
+    "`wait_percent`. Cause: the job's `cpu` above `cpu_percent` over the "
     'stretch: "the job\'s CPUs were saturated; more DataLoader workers will not help"; '
     "else the `disk.in` read rate above `disk_read_mib_s`: the disk; else `cpu` below "
     "`idle_percent`: I/O or too few workers. **Without step keys**: over samples where the "

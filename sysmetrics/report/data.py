@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from sysmetrics.descriptions import describe, family, gpu_key, split_node
+from sysmetrics.descriptions import describe, family, gpu_key, split_node, weight
 from sysmetrics.findings import STALL_SECONDS, STALL_STEP_TIMES
 from sysmetrics.runfile import Run
+from sysmetrics.weights import weighted_mean
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,14 +79,14 @@ class Series:
     """One thing to summarise and draw: ``values`` in ``unit``, one per sample (NaN: none).
 
     For a counter ``values`` are its rates and ``total`` its increase over the run.
-    ``weights`` (``step.*`` keys) is how much each sample counts in the mean (see
-    :func:`step_weights`); None: each sample once. A series with values in fewer than
-    half the samples (a key that came and went) keeps only those values and their
-    samples: ``values`` is made at each read, so a report of 10,000 such keys holds
-    what the run file holds, not keys x samples x 8 bytes.
+    ``mean`` is the mean of a key not averaged by sample (``step.*`` keys, by steps or
+    their seconds: :func:`sysmetrics.weights.weighted_mean`); None: the values' mean. A
+    series with values in fewer than half the samples (a key that came and went) keeps
+    only those values and their samples: ``values`` is made at each read, so a report of
+    10,000 such keys holds what the run file holds, not keys x samples x 8 bytes.
     """
 
-    __slots__ = ("_index", "_n", "_values", "group", "label", "present", "total", "unit", "weights")
+    __slots__ = ("_index", "_n", "_values", "group", "label", "mean", "present", "total", "unit")
 
     def __init__(
         self,
@@ -94,12 +95,12 @@ class Series:
         unit: str,
         values: np.ndarray[Any, Any],
         total: Optional[float] = None,  # a counter's increase over the run, in ``total_unit``
-        weights: Optional[np.ndarray[Any, Any]] = None,
+        mean: Optional[float] = None,  # weighted as the key's description says
     ) -> None:
         import numpy as np
 
         self.group, self.label, self.unit = group, label, unit
-        self.total, self.weights = total, weights
+        self.total, self.mean = total, mean
         values = np.asarray(values, dtype=float)
         has = ~np.isnan(values)
         self._n = len(values)
@@ -226,43 +227,6 @@ def timing(run: Run) -> tuple[float, Optional[float]]:
     return duration, float(np.median(inside)) if inside.size else None
 
 
-# How the monitor's readers weigh each step key: by the steps a sample stands for (per
-# step values) or by those steps' seconds (shares of the step time, rates over it).
-_STEP_WEIGHTS = {
-    "step.seconds": "steps",
-    "step.energyJoules": "steps",
-    "step.dataWaitPercent": "seconds",
-    "step.samplesPerSecond": "seconds",
-}
-
-
-def step_weights(run: Run) -> dict[str, np.ndarray[Any, Any]]:
-    """How many steps, and how many seconds of steps, each sample's ``step.*`` keys stand for.
-
-    From the run file's step marks: a sample with ``step.seconds`` stands for the steps
-    since the previous such sample (the growth of ``step``), and for those steps times
-    ``step.seconds`` seconds. Where that is unknown (the first such sample, a step that
-    went back, no marks) the sample counts as the median of the others (1 where there
-    are none). NaN for samples without ``step.seconds``.
-    """
-    import numpy as np
-
-    per_step = np.frombuffer(run.columns["step.seconds"], dtype=float) if (
-        "step.seconds" in run.columns
-    ) else np.full(len(run), np.nan)  # fmt: skip
-    steps = np.full(len(run), np.nan)
-    previous: Optional[int] = None
-    for j in np.flatnonzero(~np.isnan(per_step)).tolist():
-        here = run.step[j]
-        if previous is not None and here is not None and here > previous:
-            steps[j] = here - previous
-        previous = here if here is not None else previous
-    has = ~np.isnan(per_step)
-    known = steps[has & ~np.isnan(steps)]
-    steps[has & np.isnan(steps)] = float(np.median(known)) if known.size else 1.0
-    return {"steps": steps, "seconds": steps * per_step}
-
-
 def series(run: Run) -> list[Series]:
     """The run's keys as :class:`Series`, grouped, in reading order (see the package)."""
     import numpy as np
@@ -288,10 +252,10 @@ def series(run: Run) -> list[Series]:
             total *= factor
         scaled = values if factor == 1 else values * factor
         label = key + _RSS_NOTE if key.startswith(_RSS) else key
-        weights = None
-        if key in _STEP_WEIGHTS:
-            weights = step_weights(run)[_STEP_WEIGHTS[key]]
-        out.append(Series(group_of(key), label, unit, scaled, total, weights))
+        mean = None
+        if factor == 1 and not rate and weight(key) != "sample":  # step keys: by steps
+            mean = weighted_mean(run, key)
+        out.append(Series(group_of(key), label, unit, scaled, total, mean))
     for collapsed_key, columns in collapsed.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a sample with no core
@@ -342,9 +306,9 @@ class Row:
 def summary(all_series: Sequence[Series]) -> list[Row]:
     """Mean, p95 and peak of each series with a value (at most ``MAX_ROWS`` rows).
 
-    The mean of a series with ``weights`` (``step.*``) is weighted by them: the mean over
-    the steps (or their seconds), as the monitor's readers give it; p95 and peak are
-    over samples.
+    The mean of a series with its own ``mean`` (``step.*``) is that one: over the steps
+    (or their seconds), as the monitor's readers and the findings give it
+    (:func:`sysmetrics.weights.weighted_mean`); p95 and peak are over samples.
     """
     import numpy as np
 
@@ -352,16 +316,13 @@ def summary(all_series: Sequence[Series]) -> list[Row]:
     for s in all_series:
         if len(rows) == MAX_ROWS:
             break
-        known, has = s.known()
+        known, _ = s.known()
         if known.size:
             p95 = float(np.percentile(known, 95))
             total = "" if s.total is None else f"{_number(s.total)} {s.total_unit}"
             mean, peak = float(known.mean()), float(known.max())
-            if s.weights is not None:
-                w = s.weights[has]
-                ok = ~np.isnan(w) & (w > 0)
-                if ok.any():
-                    mean = float(np.average(known[ok], weights=w[ok]))
+            if s.mean is not None and s.mean == s.mean:  # NaN: no sample had a weight
+                mean = s.mean
             unit = "" if s.total is None else s.total_unit
             rows.append(Row(s.group, s.label, s.unit, mean, p95, peak, total, s.total, unit))
     return rows[:MAX_ROWS]

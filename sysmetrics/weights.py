@@ -1,0 +1,91 @@
+"""A key's mean over a run's samples, each sample counted as the key's description says.
+
+The one home of the rule the monitor's readers follow live (:meth:`Reader.fold
+<sysmetrics.reader.Reader.fold>` with :attr:`StepCollector.weights
+<sysmetrics.steptime.StepCollector.weights>`), for a run file: the report's summary
+table and the findings average a key with :func:`weighted_mean`, so the page's table
+and its findings say the same number.
+
+A run file records no weights: a sample's step keys stand for the steps completed since
+the previous sample with step keys, which :func:`sample_weights` derives from the
+samples' ``step`` marks (their growth), and for those steps' seconds (steps times
+``step.seconds``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from typing import Optional
+
+from sysmetrics.descriptions import Weight, weight
+from sysmetrics.runfile import Run
+
+_NAN = float("nan")
+_PER_STEP = "step.seconds"  # the step key every sample that closed a step has
+
+
+def sample_weights(run: Run, how: Weight) -> list[float]:
+    """What each sample of ``run`` counts in a mean of a key weighted ``how``.
+
+    ``sample``: 1 each. ``steps``: the steps a sample with ``step.seconds`` stands for,
+    the growth of ``step`` since the previous such sample of its node's recording (steps
+    restart with a recording, and nodes' samples interleave), for the first such sample
+    since the latest sample before it with a mark; where that is unknown (no mark before
+    it, a step that went back) the median of the others (1 where there are none).
+    ``step_seconds``: those steps times ``step.seconds`` (s). NaN for a sample without
+    ``step.seconds`` (it closed no step), for either. A run
+    with no ``step.seconds`` at all (a file another tool wrote, a gather's node without
+    it) says nothing of its steps: 1 each, as the readers count a key given no weight.
+    """
+    n = len(run)
+    per_step = run.columns.get(_PER_STEP)
+    if how == "sample" or per_step is None:
+        return [1.0] * n
+    steps = [_NAN] * n
+    timed = []
+    previous: dict[tuple[Optional[int], int], int] = {}  # each node's recording's last step
+    marked: dict[tuple[Optional[int], int], int] = {}  # ... at any sample, before the first
+    for j in range(n):
+        here, part = run.step[j], (run.node[j], run.recording[j])
+        if per_step[j] != per_step[j]:  # NaN: no step closed here
+            if here is not None and part not in previous:
+                marked[part] = here
+            continue
+        timed.append(j)
+        before = previous.get(part, marked.get(part))
+        if before is not None and here is not None and here > before:
+            steps[j] = float(here - before)
+        if here is not None:
+            previous[part] = here
+    known = [steps[j] for j in timed if steps[j] == steps[j]]
+    fill = statistics.median(known) if known else 1.0
+    for j in timed:
+        if steps[j] != steps[j]:
+            steps[j] = fill
+    if how == "steps":
+        return steps
+    return [s * per_step[j] if s == s else _NAN for j, s in enumerate(steps)]
+
+
+def weighted_mean(run: Run, key: str, samples: Optional[Iterable[int]] = None) -> float:
+    """The mean of ``key`` over ``samples`` of ``run`` (all where None), NaN without any.
+
+    Each sample's value counts as the key's
+    :attr:`~sysmetrics.descriptions.Description.weight` says (:func:`sample_weights`),
+    as the monitor's readers count it in a window: ``step.dataWaitPercent`` by the
+    seconds of the steps each sample closed, so time outside steps (a pause between
+    epochs, a slow tick) weighs nothing. Samples without a value or a positive weight
+    are left out.
+    """
+    values = run.columns.get(key)
+    if values is None:
+        return _NAN
+    weights = sample_weights(run, weight(key))
+    total = held = 0.0
+    for j in range(len(values)) if samples is None else samples:
+        v, w = values[j], weights[j]
+        if v == v and w > 0:  # NaN compares false
+            total += v * w
+            held += w
+    return total / held if held > 0 else _NAN
