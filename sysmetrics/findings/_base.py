@@ -121,15 +121,6 @@ def mean(values: Iterable[float]) -> float:
     return statistics.fmean(held) if held else _NAN
 
 
-def weighted(pairs: Iterable[tuple[float, float]]) -> float:
-    """The mean of ``(value, weight)`` pairs weighted by the weights; NaN without weight."""
-    total = weight = 0.0
-    for value, w in pairs:
-        total += value * w
-        weight += w
-    return total / weight if weight > 0 else _NAN
-
-
 _T = TypeVar("_T")
 # What several rules derive from one run, made once within one findings() call (never kept
 # on the run, which a live caller grows): (name, id(run)) -> (run, what was made).
