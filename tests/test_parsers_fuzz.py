@@ -41,6 +41,7 @@ from sysmetrics.collectors.ipu import METRICS, parse_attribute
 from sysmetrics.collectors.memory import SWAP_KEY
 from sysmetrics.collectors.tpu import parse_tpu_info
 from sysmetrics.collectors.trainium import parse_neuron_monitor
+from sysmetrics.descriptions import describe
 from tests.test_cgroup import swap_source
 
 prometheus_client = pytest.importorskip("prometheus_client")
@@ -89,7 +90,9 @@ _CELSIUS = (".temp", "(C)")
 
 def check_values(values: dict[str, float]) -> None:
     """Every value a finite float; % in 0..100 (power % of a cap 0..1000), °C in -50..200,
-    everything else >= 0."""
+    everything else >= 0. A key is a percentage where its description's unit is ``%``
+    (``trn.0.neuroncore_memory_usage.gpu`` is bytes, though it ends as ``gpu.0.gpu``
+    does); the suffixes decide only for keys no family declares."""
     assert isinstance(values, dict)
     for key, value in values.items():
         assert isinstance(key, str)
@@ -97,10 +100,11 @@ def check_values(values: dict[str, float]) -> None:
             assert re.fullmatch(r"(gpu|tpu)\.[0-9]+\.[A-Za-z]+(\.max)?", key), key
         assert type(value) is float, (key, value)
         assert math.isfinite(value), (key, value)
-        if key.endswith(_PERCENT):
-            assert 0.0 <= value <= 100.0, (key, value)
-        elif key.endswith(".powerPercent"):
+        described = describe(key)  # the key's unit where its family is declared
+        if key.endswith(".powerPercent"):
             assert 0.0 <= value <= 1000.0, (key, value)
+        elif described[0].unit == "%" if described else key.endswith(_PERCENT):
+            assert 0.0 <= value <= 100.0, (key, value)
         elif key.endswith(_CELSIUS):
             assert -50.0 <= value <= 200.0, (key, value)
         else:
