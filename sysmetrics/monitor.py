@@ -10,7 +10,7 @@ import warnings
 import weakref
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Optional
+from typing import Any, Optional
 
 from typing_extensions import Unpack
 
@@ -20,7 +20,8 @@ from sysmetrics._checks import check_interval
 from sysmetrics._readers import _Readers
 from sysmetrics.collectors.base import Collector
 from sysmetrics.collectors.defaults import check_options, host_collectors
-from sysmetrics.engine import (  # the engine's bounds and parts, still reachable here
+from sysmetrics.collectors.process import ProcessCollector
+from sysmetrics.engine import (
     _KINDS,
     _SWEEP_EVERY,
     FORGET_AFTER,
@@ -35,11 +36,7 @@ from sysmetrics.engine import (  # the engine's bounds and parts, still reachabl
     _short,
     transient,
 )
-from sysmetrics.engine import _REPR as _REPR
-from sysmetrics.engine import EXIT_BUDGET as EXIT_BUDGET
-from sysmetrics.engine import Clock as Clock  # re-exported: sysmetrics.monitor.Clock
-from sysmetrics.engine import _after_fork_in_child as _after_fork_in_child
-from sysmetrics.engine import _stop_all_at_exit as _stop_all_at_exit
+from sysmetrics.engine import Clock as Clock  # public here: sysmetrics.monitor.Clock (docs)
 from sysmetrics.errors import OptionTypeError, SystemMetricsWarning
 from sysmetrics.host import Job
 from sysmetrics.options import MONITOR_OPTIONS, CollectorOptions
@@ -62,7 +59,7 @@ class SystemMonitor(_Readers):
     stuck. It takes the first sample, which ``start()`` waits for (at most
     ``START_WAIT`` s), and a last one when stopped; ``stop()`` is idempotent and waits at
     most ``STOP_WAIT`` s, whatever the interval. Interpreter exit waits at most
-    ``EXIT_BUDGET`` s for all running monitors together, and never samples itself. A
+    ``engine.EXIT_BUDGET`` s for all running monitors together, and never samples itself. A
     process forked while the monitor runs (a DataLoader worker) does not inherit it.
 
     Every sample reaches every open :class:`~sysmetrics.reader.Reader` (:meth:`reader`),
@@ -201,6 +198,26 @@ class SystemMonitor(_Readers):
         The monitor's own collector of the ``step.*`` keys is not among them.
         """
         return [c for c in self._collectors if c is not self._steps]
+
+    def header(self) -> dict[str, Any]:
+        """The recording's header, the fields of a run file's ``run`` line the monitor knows.
+
+        ``{"pid": the job's process, "interval": s between samples, "cpus": the CPUs
+        available to the job now (its ``cpu`` key's 100 %), or None where no process
+        collector knows}``: one home for the run file (:mod:`sysmetrics.sinks.jsonl`) and
+        the live findings (:mod:`sysmetrics.announce`), which read them as the run line's.
+        """
+        return {"pid": self.pid, "interval": self.interval, "cpus": self._available_cpus()}
+
+    def _available_cpus(self) -> float | None:
+        """The CPUs available to the job now, from its process collector; None if none."""
+        for collector in self.collectors:
+            if isinstance(collector, ProcessCollector):
+                try:
+                    return round(collector.available_cpus, 3)
+                except Exception:  # a vanished process, an unreadable cgroup: the field is null
+                    return None
+        return None
 
     def start(self) -> SystemMonitor:
         """Start the sampling thread and wait for its first sample. Idempotent while running.

@@ -82,3 +82,89 @@ def test_a_run_is_one_object_made_at_start_and_closed_at_end(tmp_path: Path) -> 
     core.stop()
     with pytest.raises(RuntimeError):
         monitor.start()
+
+
+def _module_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports: lazy (in a function) and TYPE_CHECKING
+    imports included; ``from package import name`` is an arrow to ``package.name`` where
+    that is a module, else to the package."""
+    files = {
+        _module_of(p): p
+        for root in (PACKAGE, PACKAGE.parent / "integrations")
+        for p in sorted(root.rglob("*.py"))
+    }
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        targets = set()
+        for name in imported(path):
+            while name and name not in files:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_counting_lazy_and_type_checking_imports() -> None:
+    """Regression (issue 31, item 7): options.py imported SystemMonitor (for a type) while
+    the monitor imports the options; nvidia/fields.py and nvidia/gpm.py imported each
+    other. Package faces (``__init__`` importing its own modules) are not arrows back."""
+    graph = import_graph()
+    for module in graph:  # a package's __init__ hands its modules on: not an arrow back
+        graph[module] = {t for t in graph[module] if not t.startswith(module + ".")}
+    assert circles(graph) == []
+
+
+def test_the_recording_header_has_one_home_the_monitor(tmp_path: Path) -> None:
+    """Regression (issue 31, item 7): the run line's pid, interval and cpus were gathered in
+    sinks/jsonl.py, and announce.py imported the run-file sink for them."""
+    from sysmetrics import runfile
+    from sysmetrics.sinks.jsonl import JsonlSink
+
+    with SystemMonitor(interval=0.05) as m:
+        header = m.header()
+        assert set(header) == {"pid", "interval", "cpus"}
+        assert header["pid"] == m.pid and header["interval"] == 0.05
+        assert isinstance(header["cpus"], float) and header["cpus"] > 0
+        sink = JsonlSink(m, tmp_path / "r.jsonl")
+        sink.close()
+    run = runfile.read_run(tmp_path / "r.jsonl").recordings[0].run
+    assert {k: run[k] for k in header} == header
+    assert not any(m.startswith("sysmetrics.sinks") for m in imported(PACKAGE / "announce.py"))

@@ -12,7 +12,8 @@ import time
 from functools import partial
 from typing import Any
 
-from sysmetrics.collectors.nvidia.fields import FieldReading, _Device, _Fields
+from sysmetrics.collectors.nvidia.backoff import _Fields
+from sysmetrics.collectors.nvidia.fields import FieldReading, _Device
 from sysmetrics.collectors.nvidia.proclists import (
     _Layout,
     _ProcessInfoV2,

@@ -13,6 +13,7 @@ from typing import Any
 from sysmetrics import _optional
 from sysmetrics.collectors.base import BaseCollector
 from sysmetrics.collectors.nvidia.attribution import Attribution
+from sysmetrics.collectors.nvidia.backoff import _Fields
 from sysmetrics.collectors.nvidia.devices import GpuId, _errors, select, visible_devices
 from sysmetrics.collectors.nvidia.fields import (
     _FIELDS,
@@ -21,7 +22,6 @@ from sysmetrics.collectors.nvidia.fields import (
     _PERMANENT,
     PERIODS,
     _Device,
-    _Fields,
 )
 from sysmetrics.collectors.nvidia.gpm import _Gpm
 from sysmetrics.collectors.nvidia.mig import MigReading

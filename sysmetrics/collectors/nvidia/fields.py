@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from sysmetrics.collectors.nvidia.backoff import _Fields
 from sysmetrics.collectors.nvidia.devices import _errors
 
 if TYPE_CHECKING:
@@ -117,17 +118,6 @@ PERIODS: dict[str, float] = {
     "uncorrectedMemoryErrors": 5.0,
     "enforcedPowerLimitWatts": 30.0,
 }
-
-
-@dataclass
-class _Fields:
-    """What one handle is asked: the fields still read, and the backoff of failing ones."""
-
-    names: list[str]
-    fails: dict[str, int] = field(default_factory=dict)  # failures in a row, per field
-    skip: dict[str, int] = field(default_factory=dict)  # tries left out before the next
-    held: dict[str, Any] = field(default_factory=dict)  # latest reading of a slow field
-    due: dict[str, float] = field(default_factory=dict)  # when it is read again (s)
 
 
 @dataclass
