@@ -168,3 +168,21 @@ def test_the_recording_header_has_one_home_the_monitor(tmp_path: Path) -> None:
     run = runfile.read_run(tmp_path / "r.jsonl").recordings[0].run
     assert {k: run[k] for k in header} == header
     assert not any(m.startswith("sysmetrics.sinks") for m in imported(PACKAGE / "announce.py"))
+
+
+def test_the_monitor_owns_its_series_store_rather_than_inheriting_it() -> None:
+    """Regression (issue 31, item 7): SystemMonitor inherited the readers' half (_Readers)
+    and so carried the readers' Source methods on its public surface."""
+    assert SystemMonitor.__bases__ == (object,)
+    for source_only in ("read_window", "take_samples", "detach"):
+        assert not hasattr(SystemMonitor, source_only), source_only
+    from sysmetrics._series_store import SeriesStore
+
+    m = SystemMonitor(collectors=[Constant()])
+    assert isinstance(m._series_store, SeriesStore)
+    r = m.reader()
+    with m:
+        assert m.snapshot() == {"x": 1.0} and r.snapshot() == {"x": 1.0}
+        assert m.latest() == {"x": 1.0}
+    r.close()
+    assert r.snapshot() == {}

@@ -742,7 +742,7 @@ def test_keys_that_stop_being_reported_are_forgotten() -> None:
             time.sleep(0.05)
             snap = m.snapshot()
             assert len(snap) <= 50 * 6  # the keys of this window, not of every window
-            sizes.append(len(m._series))
+            sizes.append(len(m._series_store.series))
         assert c.calls > 100
     finally:
         m.stop()
