@@ -186,3 +186,23 @@ def test_the_monitor_owns_its_series_store_rather_than_inheriting_it() -> None:
         assert m.latest() == {"x": 1.0}
     r.close()
     assert r.snapshot() == {}
+
+
+# Classes that share a name on purpose (one per framework), or left to another change.
+SAME_NAME = {
+    "SystemMetricsCallback": 3,  # integrations/keras.py, lightning.py, transformers.py
+    "Series": 2,  # reader.Series (the monitor's) and report.data.Series (a drawn line)
+}
+
+
+def test_no_two_classes_share_a_name() -> None:
+    """Regression (issue 31, item 7): the callbacks' run state and the run file's recording
+    were both ``Run`` (callback_run.Run, runfile.Run)."""
+    seen: dict[str, list[str]] = {}
+    for root in (PACKAGE, PACKAGE.parent / "integrations"):
+        for path in sorted(root.rglob("*.py")):
+            for node in ast.parse(path.read_text()).body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    seen.setdefault(node.name, []).append(str(path.relative_to(PACKAGE.parent)))
+    shared = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert {name: len(paths) for name, paths in shared.items()} == SAME_NAME, shared
