@@ -20,9 +20,9 @@ from typing_extensions import Unpack
 from sysmetrics import _watch, distributed
 from sysmetrics import options as opts
 from sysmetrics._checks import missing_here, one_or_many
-from sysmetrics.announce import LiveFindings
 from sysmetrics.descriptions import split_node
 from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning, quote
+from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOptions
 from sysmetrics.reader import Reader

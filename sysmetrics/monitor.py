@@ -199,7 +199,7 @@ class SystemMonitor:
         ``{"pid": the job's process, "interval": s between samples, "cpus": the CPUs
         available to the job now (its ``cpu`` key's 100 %), or None where no process
         collector knows}``: one home for the run file (:mod:`sysmetrics.sinks.jsonl`) and
-        the live findings (:mod:`sysmetrics.announce`), which read them as the run line's.
+        the live findings (:mod:`sysmetrics.live_findings`), which read them as the run line's.
         """
         return {"pid": self.pid, "interval": self.interval, "cpus": self._available_cpus()}
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sysmetrics import distributed
-from sysmetrics.announce import LiveFindings
+from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Reader
 from sysmetrics.sinks.jsonl import JsonlSink

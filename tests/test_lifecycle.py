@@ -154,7 +154,7 @@ def test_no_import_circle_counting_lazy_and_type_checking_imports() -> None:
 
 def test_the_recording_header_has_one_home_the_monitor(tmp_path: Path) -> None:
     """Regression (issue 31, item 7): the run line's pid, interval and cpus were gathered in
-    sinks/jsonl.py, and announce.py imported the run-file sink for them."""
+    sinks/jsonl.py, and announce.py (now live_findings.py) imported the run-file sink for them."""
     from sysmetrics import runfile
     from sysmetrics.sinks.jsonl import JsonlSink
 
@@ -167,7 +167,7 @@ def test_the_recording_header_has_one_home_the_monitor(tmp_path: Path) -> None:
         sink.close()
     run = runfile.read_run(tmp_path / "r.jsonl").recordings[0].run
     assert {k: run[k] for k in header} == header
-    assert not any(m.startswith("sysmetrics.sinks") for m in imported(PACKAGE / "announce.py"))
+    assert not any(m.startswith("sysmetrics.sinks") for m in imported(PACKAGE / "live_findings.py"))
 
 
 def test_the_monitor_owns_its_series_store_rather_than_inheriting_it() -> None:
@@ -206,3 +206,19 @@ def test_no_two_classes_share_a_name() -> None:
                     seen.setdefault(node.name, []).append(str(path.relative_to(PACKAGE.parent)))
     shared = {name: paths for name, paths in seen.items() if len(paths) > 1}
     assert {name: len(paths) for name, paths in shared.items()} == SAME_NAME, shared
+
+
+def test_module_names_say_what_they_are_with_no_shim_left() -> None:
+    """Regression (issue 31, item 7): ``announce.py`` held the live findings, ``live.py``
+    record's --live line, ``steps.py`` the step file; each is named for it now, and the old
+    names are gone (no compatibility shim): ``sysmetrics.step``/``batches`` stay."""
+    import sysmetrics
+
+    for old, new in (
+        ("announce", "live_findings"),
+        ("live", "live_line"),
+        ("steps", "stepfile"),
+    ):
+        assert not (PACKAGE / f"{old}.py").exists(), old
+        assert (PACKAGE / f"{new}.py").exists(), new
+    assert sysmetrics.step.__module__ == sysmetrics.batches.__module__ == "sysmetrics.stepfile"
