@@ -222,3 +222,17 @@ def test_module_names_say_what_they_are_with_no_shim_left() -> None:
         assert not (PACKAGE / f"{old}.py").exists(), old
         assert (PACKAGE / f"{new}.py").exists(), new
     assert sysmetrics.step.__module__ == sysmetrics.batches.__module__ == "sysmetrics.stepfile"
+
+
+def test_the_nvidia_collector_holds_its_parts_rather_than_inheriting_them() -> None:
+    """Regression (issue 31, item 7): NvidiaCollector inherited its field reading, MIG and
+    attribution halves as mixins (MigReading, Attribution, FieldReading)."""
+    from sysmetrics.collectors.nvidia import NvidiaCollector
+
+    assert NvidiaCollector.__bases__ == (BaseCollector,)
+    from sysmetrics.collectors.nvidia.attribution import Attribution
+    from sysmetrics.collectors.nvidia.fields import FieldReader
+    from sysmetrics.collectors.nvidia.mig import MigReader
+
+    for part in (FieldReader, MigReader, Attribution):
+        assert part.__bases__ == (object,), part
