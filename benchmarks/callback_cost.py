@@ -344,19 +344,19 @@ def plain_loop(items: int = 20_000, rounds: int = 9) -> dict[str, tuple[float, f
     import numpy as np
 
     import sysmetrics
-    from sysmetrics import steps
+    from sysmetrics import stepfile
 
     data = [np.zeros((16, 32), dtype=np.float32)] * items
 
     def fresh(path: str | None) -> None:  # as in a new process, SYSMETRICS_STEP_FILE=path
-        if steps._fd is not None:
-            os.close(steps._fd)
-        steps._fd = steps._timing = None
-        steps._tried = steps._timing_tried = False
+        if stepfile._fd is not None:
+            os.close(stepfile._fd)
+        stepfile._fd = stepfile._timing = None
+        stepfile._tried = stepfile._timing_tried = False
         if path is None:
-            os.environ.pop(steps.ENV, None)
+            os.environ.pop(stepfile.ENV, None)
         else:
-            os.environ[steps.ENV] = path
+            os.environ[stepfile.ENV] = path
 
     def per_item(loop: Any) -> float:
         t = time.perf_counter()
@@ -371,16 +371,16 @@ def plain_loop(items: int = 20_000, rounds: int = 9) -> dict[str, tuple[float, f
             step(i)
         return (time.perf_counter() - t) / calls * 1e6
 
-    saved = os.environ.get(steps.ENV)
+    saved = os.environ.get(stepfile.ENV)
     times: dict[str, list[float]] = {}
-    tmp = steps.private_directory()  # where record makes it: memory where it can, 0700
+    tmp = stepfile.private_directory()  # where record makes it: memory where it can, 0700
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(shutil.rmtree, tmp, True)
         disk = tempfile.mkdtemp()
         cleanup.callback(shutil.rmtree, disk, True)
-        on_disk = steps.create(disk)
+        on_disk = stepfile.create(disk)
         for r in range(rounds):
-            path = steps.create(tmp) if r == 0 else os.path.join(tmp, "step")
+            path = stepfile.create(tmp) if r == 0 else os.path.join(tmp, "step")
             bare = per_item(data)
             fresh(None)
             times.setdefault("batches, no recorder", []).append(
@@ -408,14 +408,14 @@ def plain_loop(items: int = 20_000, rounds: int = 9) -> dict[str, tuple[float, f
 
 def bare_writes(path: str, calls: int = 20_000) -> dict[str, float]:
     """µs per call of the writes a step can take into the step file at ``path``."""
-    from sysmetrics import steps
+    from sysmetrics import stepfile
 
-    step = b"1".ljust(steps.WIDTH)
-    mark = steps._SEQ.pack(1)
-    block = [step, steps._GAP, mark, steps._TOTALS.pack(1, 1, 1.0, 0.5, 8.0), mark]
+    step = b"1".ljust(stepfile.WIDTH)
+    mark = stepfile._SEQ.pack(1)
+    block = [step, stepfile._GAP, mark, stepfile._TOTALS.pack(1, 1, 1.0, 0.5, 8.0), mark]
     fd = os.open(path, os.O_RDWR)
-    m = mmap.mmap(fd, steps.SIZE)
-    at, end = steps.STEP_AT, steps.STEP_AT + steps.WIDTH
+    m = mmap.mmap(fd, stepfile.SIZE)
+    at, end = stepfile.STEP_AT, stepfile.STEP_AT + stepfile.WIDTH
     out = {}
     try:
         t = time.perf_counter()

@@ -1,13 +1,13 @@
 """Live findings' memory and cost: the bounded store, and a training loop beside an evaluation.
 
 Run: ``python benchmarks/live_findings.py`` (``--old REV`` also measures the store of
-``sysmetrics/announce.py`` at git revision REV, e.g. the commit before the bounded store;
+``sysmetrics/live_findings.py`` at git revision REV, e.g. the commit before the bounded store;
 ``--seconds`` per round of part b, ``--rounds``; ``--only a`` or ``--only b``).
 
 a. Memory. Samples at 1 s, 1 h and 24 h of them, of 60 and 400 keys (a workstation's:
    CPU cores, one or eight GPUs, the job, disks, network, steps; padded with gauges),
    and of 60 keys plus one whose label value changes each sample (a churning key), are
-   fed to a :class:`~sysmetrics.announce.LiveFindings` (through its reader, no monitor
+   fed to a :class:`~sysmetrics.live_findings.LiveFindings` (through its reader, no monitor
    thread). Printed: the rows and keys kept, the store's bytes (``_Store.nbytes``:
    its arrays, columns and keys), the bytes tracemalloc saw it keep (1 h rows only:
    tracemalloc makes feeding 20x slower), the CPU seconds feeding took, and one
@@ -43,7 +43,7 @@ from typing import Any, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sysmetrics import announce
+from sysmetrics import live_findings
 from sysmetrics.collectors.base import BaseCollector
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Sample
@@ -147,14 +147,22 @@ def traced(module: ModuleType, keys: int, seconds: int, churn: bool) -> float:
 
 
 def old_module(rev: str) -> ModuleType:
-    """``sysmetrics/announce.py`` at git revision ``rev``, imported under another name."""
+    """``sysmetrics/live_findings.py`` (``announce.py`` before) at git revision ``rev``.
+
+    Imported under another name, beside today's.
+    """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    text = subprocess.run(["git", "-C", root, "show", f"{rev}:sysmetrics/announce.py"],
-                          capture_output=True, text=True, check=True).stdout  # fmt: skip
-    path = os.path.join(tempfile.mkdtemp(), "announce_old.py")
+    for name in ("live_findings.py", "announce.py"):
+        shown = subprocess.run(["git", "-C", root, "show", f"{rev}:sysmetrics/{name}"],
+                               capture_output=True, text=True)  # fmt: skip
+        if shown.returncode == 0:
+            break
+    shown.check_returncode()
+    text = shown.stdout
+    path = os.path.join(tempfile.mkdtemp(), "live_findings_old.py")
     with open(path, "w") as f:
         f.write(text)
-    spec = importlib.util.spec_from_file_location("announce_old", path)
+    spec = importlib.util.spec_from_file_location("live_findings_old", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -163,7 +171,7 @@ def old_module(rev: str) -> ModuleType:
 
 def memory(old: Optional[str]) -> None:
     print("a. Memory: samples at 1 s fed to LiveFindings")
-    a = announce
+    a = live_findings
     print(f"   bounds: LIVE_MAX_VALUES {a.LIVE_MAX_VALUES:,} (rows x keys), "
           f"LIVE_MAX_ROWS {a.LIVE_MAX_ROWS:,}, LIVE_MAX_KEYS {a.LIVE_MAX_KEYS:,}")  # fmt: skip
     print(
@@ -174,8 +182,8 @@ def memory(old: Optional[str]) -> None:
              (60, DAY, False), (400, DAY, False), (60, DAY, True)]  # fmt: skip
     for keys, seconds, churn in cases:
         label = f"{keys} keys{' + churn' if churn else ''}, {'1 h' if seconds == HOUR else '24 h'}"
-        mib = traced(announce, keys, seconds, churn) if seconds == HOUR else math.nan
-        live, reader = live_of(announce)
+        mib = traced(live_findings, keys, seconds, churn) if seconds == HOUR else math.nan
+        live, reader = live_of(live_findings)
         began = time.process_time()
         feed(live, reader, stream(keys, seconds, churn))
         fed_s = time.process_time() - began
@@ -223,8 +231,8 @@ class Evaluating:
         throttle = None
         if self.throttled:  # as the findings thread does
             if self.nice:
-                announce._lowest_priority()
-            throttle = announce._Throttle(self.stop)  # _evaluate installs it
+                live_findings._lowest_priority()
+            throttle = live_findings._Throttle(self.stop)  # _evaluate installs it
         try:
             while not self.stop.is_set():
                 self.live._evaluate(throttle)
@@ -264,7 +272,7 @@ def steps_per_second(seconds: float) -> tuple[float, float]:
 
 
 def rate(seconds: int, rounds: int) -> None:
-    live, reader = live_of(announce)
+    live, reader = live_of(live_findings)
     feed(live, reader, stream(60, DAY))
     print(f"b. Step rate: a ~100 µs Python step on the main thread, {seconds} s rounds, "
           f"beside evaluations of a 24 h store ({live._store.rows} rows, "
@@ -309,7 +317,7 @@ def rate(seconds: int, rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old", help="a git revision whose announce.py to measure too")
+    parser.add_argument("--old", help="a git revision whose live_findings.py to measure too")
     parser.add_argument("--seconds", type=int, default=3, help="seconds per round of b")
     parser.add_argument("--rounds", type=int, default=6, help="rounds of b")
     parser.add_argument("--only", choices=("a", "b"))

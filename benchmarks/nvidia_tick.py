@@ -62,7 +62,7 @@ def measure(
     if every_tick:
         c.periods = dict.fromkeys(c.periods, 0.0)
     now = [0.0]
-    c._clock = lambda: now[0]
+    c._field_reader.clock = lambda: now[0]
     for dev in c.devices:  # start the run as at the first sample
         dev.lists_due = float("-inf")
         dev.fields.held.clear()
@@ -76,7 +76,7 @@ def measure(
         elapsed = time.perf_counter() - t
     finally:
         c.periods = saved
-        c._clock = time.monotonic
+        c._field_reader.clock = time.monotonic
     return elapsed / ticks / n * 1e6, (calls() - before) / ticks / n
 
 

@@ -13,7 +13,7 @@ from sysmetrics.collectors.base import (
 )
 from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
-from sysmetrics.steps import batches, step
+from sysmetrics.stepfile import batches, step
 
 __version__ = "0.1.0"
 

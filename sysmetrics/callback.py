@@ -20,15 +20,15 @@ from typing_extensions import Unpack
 from sysmetrics import _watch, distributed
 from sysmetrics import options as opts
 from sysmetrics._checks import missing_here, one_or_many
-from sysmetrics.announce import LiveFindings
-from sysmetrics.callback_run import Run
 from sysmetrics.descriptions import split_node
 from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning, quote
+from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOptions
 from sysmetrics.reader import Reader
 from sysmetrics.sinks.jsonl import JsonlSink
 from sysmetrics.steptime import StepClock
+from sysmetrics.training_session import TrainingSession
 
 RUN_FILE = "system_metrics.jsonl"  # the run file's name in the run's log directory
 RUN_FILE_NODE = "system_metrics.node{node}.jsonl"  # the same, one per node on several nodes
@@ -219,7 +219,7 @@ class CallbackCore:
         self._names: dict[tuple[str, str], str | None] = {}  # (key, separator) -> name
         self._produced: set[str] = set()  # every name ``named()`` has given out
         self._lock = threading.Lock()
-        self.run: Run | None = None  # the current (or latest) run
+        self.run: TrainingSession | None = None  # the current (or latest) run
         # The framework's hooks mark the steps on it (training thread); a new one each
         # run, so a shared monitor's step keys count this run's steps only.
         self.clock = StepClock()
@@ -310,7 +310,7 @@ class CallbackCore:
         layout = distributed.layout(node)  # a collective: before anything may fail
         with self._lock:
             self.clock = StepClock()
-            run = self.run = Run(layout, self.shared)
+            run = self.run = TrainingSession(layout, self.shared)
             own, self._unstarted = self._unstarted, None
             run.cleanup = cleanup
             try:
@@ -338,7 +338,7 @@ class CallbackCore:
                 )
 
     def _open(
-        self, run: Run, own: SystemMonitor | None, run_dir: str | None, step: int | None
+        self, run: TrainingSession, own: SystemMonitor | None, run_dir: str | None, step: int | None
     ) -> None:
         """Open the run's monitor, reader and run file (under the lock).
 
@@ -369,7 +369,9 @@ class CallbackCore:
         self._open_run_file(run, monitor, run_dir)
         monitor.start()  # idempotent; the user stops a shared one
 
-    def _open_run_file(self, run: Run, monitor: SystemMonitor, run_dir: str | None) -> None:
+    def _open_run_file(
+        self, run: TrainingSession, monitor: SystemMonitor, run_dir: str | None
+    ) -> None:
         """The run's run file; on several nodes one per node under ``run_file=True``."""
         layout = run.layout
         path = self.run_file
@@ -414,7 +416,7 @@ class CallbackCore:
             if self.run is not None:
                 self.run.end(failed)
 
-    def _end(self, run: Run) -> None:
+    def _end(self, run: TrainingSession) -> None:
         with self._lock:
             if run is self.run:  # not a later run started since: training raised
                 run.end(failed=True)

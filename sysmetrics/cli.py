@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sysmetrics import report, runfile, steps
+from sysmetrics import report, runfile, stepfile
 from sysmetrics._child import (
     _ending,
     _has_terminal,
@@ -41,14 +41,14 @@ from sysmetrics._child import (
     _status,
     _wait_exited,
 )
-from sysmetrics.announce import LiveFindings
 from sysmetrics.errors import OptionError, SystemMetricsWarning
-from sysmetrics.live import LiveView
+from sysmetrics.live_findings import LiveFindings
+from sysmetrics.live_line import LiveView
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import OPTIONS
 from sysmetrics.options import check as check_options
 from sysmetrics.sinks.jsonl import JsonlSink
-from sysmetrics.steps import _StepReader
+from sysmetrics.stepfile import _StepReader
 
 if TYPE_CHECKING:
     from sysmetrics.sinks.prometheus import PrometheusExporter
@@ -279,7 +279,7 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if exporter is not None and args.prometheus_port == 0:  # a free port: say which
         url = f"http://127.0.0.1:{exporter.port}/metrics"
         print(f"{parser.prog}: serving {url}", file=sys.stderr)
-    tmp = steps.private_directory()
+    tmp = stepfile.private_directory()
     children: list[subprocess.Popen[bytes]] = []
 
     # With a terminal, the command shares our process group, as a shell's pipeline does:
@@ -302,9 +302,9 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     try:
-        step_file = steps.create(tmp)  # tmp is private (mkdtemp: 0700), as step() checks
+        step_file = stepfile.create(tmp)  # tmp is private (mkdtemp: 0700), as step() checks
         try:
-            env = {**os.environ, steps.ENV: step_file}
+            env = {**os.environ, stepfile.ENV: step_file}
             setup = None if shared else _own_group()
             children.append(subprocess.Popen(command, env=env, preexec_fn=setup))
         except FileNotFoundError:

@@ -7,24 +7,21 @@ import math
 import os
 import threading
 import warnings
-import weakref
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Optional
+from typing import Any, Optional
 
 from typing_extensions import Unpack
 
 from sysmetrics import engine
 from sysmetrics import options as opts
 from sysmetrics._checks import check_interval
-from sysmetrics._readers import _Readers
+from sysmetrics._series_store import SeriesStore
 from sysmetrics.collectors.base import Collector
 from sysmetrics.collectors.defaults import check_options, host_collectors
-from sysmetrics.engine import (  # the engine's bounds and parts, still reachable here
-    _KINDS,
+from sysmetrics.collectors.process import ProcessCollector
+from sysmetrics.engine import (
     _SWEEP_EVERY,
-    FORGET_AFTER,
-    FORGET_UNREAD_AFTER,
     START_WAIT,
     STOP_WAIT,
     _checked,
@@ -32,18 +29,13 @@ from sysmetrics.engine import (  # the engine's bounds and parts, still reachabl
     _Misbehaved,
     _name,
     _Retry,
-    _short,
     transient,
 )
-from sysmetrics.engine import _REPR as _REPR
-from sysmetrics.engine import EXIT_BUDGET as EXIT_BUDGET
-from sysmetrics.engine import Clock as Clock  # re-exported: sysmetrics.monitor.Clock
-from sysmetrics.engine import _after_fork_in_child as _after_fork_in_child
-from sysmetrics.engine import _stop_all_at_exit as _stop_all_at_exit
+from sysmetrics.engine import Clock as Clock  # public here: sysmetrics.monitor.Clock (docs)
 from sysmetrics.errors import OptionTypeError, SystemMetricsWarning
 from sysmetrics.host import Job
 from sysmetrics.options import MONITOR_OPTIONS, CollectorOptions
-from sysmetrics.reader import Reader, Sample, Series
+from sysmetrics.reader import Reader, Sample
 from sysmetrics.steptime import ENERGY_SUFFIX, StepCollector, TotalsSource
 
 log = logging.getLogger("sysmetrics")
@@ -53,7 +45,7 @@ log = logging.getLogger("sysmetrics")
 STUCK_AFTER = 30.0  # a sample() call this long is a stuck collector
 
 
-class SystemMonitor(_Readers):
+class SystemMonitor:
     """Samples host (and accelerator) metrics on a background thread, for any number of readers.
 
     One daemon thread samples every ``interval`` seconds on a fixed monotonic schedule
@@ -62,7 +54,7 @@ class SystemMonitor(_Readers):
     stuck. It takes the first sample, which ``start()`` waits for (at most
     ``START_WAIT`` s), and a last one when stopped; ``stop()`` is idempotent and waits at
     most ``STOP_WAIT`` s, whatever the interval. Interpreter exit waits at most
-    ``EXIT_BUDGET`` s for all running monitors together, and never samples itself. A
+    ``engine.EXIT_BUDGET`` s for all running monitors together, and never samples itself. A
     process forked while the monitor runs (a DataLoader worker) does not inherit it.
 
     Every sample reaches every open :class:`~sysmetrics.reader.Reader` (:meth:`reader`),
@@ -163,10 +155,9 @@ class SystemMonitor(_Readers):
         # Sampled last in every tick, after the energy counters; not in ``collectors``.
         self._steps = StepCollector(lambda: self.step_timing)
         self._collectors.append(self._steps)
-        self._series: dict[str, Series] = {}
-        self._readers: list[weakref.ref[Reader]] = []
-        self._tick = 0
         self._lock = threading.Lock()
+        # The readers' storage: the series, the open readers and the tick (under _lock).
+        self._series_store = SeriesStore(self._lock, self._check_stuck)
         self._stop_event = threading.Event()
         self._first = threading.Event()  # the first sample is in (or failed)
         self._thread: threading.Thread | None = None
@@ -201,6 +192,26 @@ class SystemMonitor(_Readers):
         The monitor's own collector of the ``step.*`` keys is not among them.
         """
         return [c for c in self._collectors if c is not self._steps]
+
+    def header(self) -> dict[str, Any]:
+        """The recording's header, the fields of a run file's ``run`` line the monitor knows.
+
+        ``{"pid": the job's process, "interval": s between samples, "cpus": the CPUs
+        available to the job now (its ``cpu`` key's 100 %), or None where no process
+        collector knows}``: one home for the run file (:mod:`sysmetrics.sinks.jsonl`) and
+        the live findings (:mod:`sysmetrics.live_findings`), which read them as the run line's.
+        """
+        return {"pid": self.pid, "interval": self.interval, "cpus": self._available_cpus()}
+
+    def _available_cpus(self) -> float | None:
+        """The CPUs available to the job now, from its process collector; None if none."""
+        for collector in self.collectors:
+            if isinstance(collector, ProcessCollector):
+                try:
+                    return round(collector.available_cpus, 3)
+                except Exception:  # a vanished process, an unreadable cgroup: the field is null
+                    return None
+        return None
 
     def start(self) -> SystemMonitor:
         """Start the sampling thread and wait for its first sample. Idempotent while running.
@@ -421,14 +432,15 @@ class SystemMonitor(_Readers):
         with self._lock:
             if generation != self._generation:
                 return
-            self._tick += 1
-            tick = self._tick
-            readers = self._live_readers()
+            store = self._series_store
+            store.tick += 1
+            readers = store.live()
             windowed = [r for r in readers if not r.buffering]
             stored: list[tuple[str, float]] = []
             for c, checked in results:
+                weights = self._steps.weights if c is self._steps else None  # Description.weight
                 try:
-                    self._store(c, checked, tick, windowed)
+                    store.fold(c, checked, windowed, weights)
                 except _Misbehaved as exc:
                     failed.append((c, f"{exc}; it is disabled, the others go on"))
                 else:
@@ -438,8 +450,8 @@ class SystemMonitor(_Readers):
                 sample = Sample(clock.time(), clock.monotonic(), self.step, dict(stored))
                 for r in buffering:
                     r.push(sample)
-            if tick % _SWEEP_EVERY == 0:
-                self._forget(tick, readers)
+            if store.tick % _SWEEP_EVERY == 0:
+                store.forget(readers)
         for c in recovered:
             self._retry.pop(id(c), None)
             log.info("sysmetrics: collector %r samples again", c.name)
@@ -478,75 +490,13 @@ class SystemMonitor(_Readers):
             stacklevel=2,
         )
 
-    def _live_readers(self) -> list[Reader]:
-        """The open readers (under the lock); references to dropped ones are pruned."""
-        readers = [r for r in (ref() for ref in self._readers) if r is not None]
-        if len(readers) != len(self._readers):
-            self._readers = [weakref.ref(r) for r in readers]
-        return readers
-
-    def _store(
-        self, c: Collector, checked: list[tuple[str, float]], tick: int, readers: list[Reader]
-    ) -> None:
-        """Fold one collector's checked values into the series and the windowed readers.
-
-        Under the lock. A key new to the monitor (or now reported by another collector)
-        asks its collector's ``aggregation()`` first, for all keys, so a failing one
-        stores nothing.
-        """
-        series = self._series
-        new: dict[str, Series] = {}
-        for key, _ in checked:
-            s = series.get(key)
-            if s is None or s.owner is not c:
-                try:
-                    kind = c.aggregation(key)
-                except Exception as exc:
-                    raise _Misbehaved(f"aggregation({key!r}) failed: {_name(exc)}") from None
-                if kind not in _KINDS:
-                    raise _Misbehaved(f"aggregation({key!r}) returned {_short(kind)}")
-                new[key] = Series(kind, c)
-        for key, s in new.items():
-            series[key] = s
-            for r in readers:
-                r.forget(key)  # a window of another collector's values
-        for key, v in checked:
-            s = series[key]
-            s.last = v
-            s.seen = tick
-        weights = self._steps.weights if c is self._steps else None  # Description.weight
-        for r in readers:  # the hot loop: each reader's window of each key
-            r.fold(checked, weights)
-
-    def _forget(self, tick: int, readers: list[Reader]) -> None:
-        """Drop keys no collector reports any more (under the lock).
-
-        A key some reader has samples of that it has not read yet is kept longer
-        (``FORGET_UNREAD_AFTER`` ticks), so a reader that reads rarely (once an epoch)
-        still gets the key's window.
-        """
-        for key, s in list(self._series.items()):
-            age = tick - s.seen
-            if age <= FORGET_AFTER:
-                continue
-            if age <= FORGET_UNREAD_AFTER and any(r.unread(key) for r in readers):
-                continue
-            self._drop_key(key, readers)
-
-    def _drop_key(self, key: str, readers: list[Reader]) -> None:
-        del self._series[key]
-        for r in readers:
-            r.forget(key)
-
     def _drop_locked(self, collector: Collector) -> bool:
         """Take ``collector`` and its keys out (under the lock); False if already out."""
         if collector not in self._collectors:
             return False
         self._collectors.remove(collector)
         self._retry.pop(id(collector), None)
-        readers = self._live_readers()
-        for key in [k for k, s in self._series.items() if s.owner is collector]:
-            self._drop_key(key, readers)
+        self._series_store.drop_owner(collector)
         return True
 
     def _disable(self, collector: Collector, why: str) -> None:
@@ -635,7 +585,39 @@ class SystemMonitor(_Readers):
         except Exception:
             log.debug("sysmetrics: closing collector %r failed", collector.name, exc_info=True)
 
-    # -- reading (the rest: sysmetrics._readers) -------------------------------------
+    # -- reading (the store: sysmetrics._series_store) ------------------------------
+
+    def reader(self, buffer: int = 0) -> Reader:
+        """A new reader with its own windows (or samples), from the next sample on.
+
+        Args:
+            buffer: 0 for a reader of windows (``Reader.snapshot()``); n > 0 for one that
+                keeps every sample instead, the last n not taken yet, for
+                ``Reader.samples()`` (sinks that write every sample).
+
+        Raises:
+            ValueError: ``buffer`` is not a non-negative integer.
+
+        """
+        return self._series_store.reader(buffer)
+
+    @property
+    def default_reader(self) -> Reader:
+        """The reader :meth:`snapshot` reads."""
+        return self._default
+
+    def snapshot(self) -> dict[str, float]:
+        """The monitor's default reader's snapshot: the samples since the previous call.
+
+        Returns:
+            ``{key: value}``: the mean of gauges, the latest value of cumulative counters,
+            and ``<key>.max`` for memory gauges. Keys whose collector reported nothing in
+            the window repeat their latest value while their collector still reports
+            them; keys of a disabled collector are dropped. Empty before ``start()``.
+            Cheap, no I/O. Other readers' windows are not affected.
+
+        """
+        return self._default.snapshot()
 
     def latest(self) -> dict[str, float]:
         """The most recent sample ``{key: value}``, without starting a window; cheap, no I/O.
@@ -647,5 +629,4 @@ class SystemMonitor(_Readers):
         if self._state != "running":
             return {}
         with self._lock:
-            tick = self._tick
-            return {key: s.last for key, s in self._series.items() if s.seen == tick}
+            return self._series_store.latest()

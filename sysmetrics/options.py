@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ForwardRef, Union
 
-from typing_extensions import TypedDict
+from typing_extensions import Protocol, TypedDict
 
 from sysmetrics._checks import (
     MAX_INTERVAL,
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
     from sysmetrics.collectors.base import Collector
     from sysmetrics.collectors.nvidia import GpuId
     from sysmetrics.collectors.openmetrics import Filters
-    from sysmetrics.monitor import SystemMonitor
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -89,6 +88,25 @@ class MonitorOptions(CollectorOptions, _EngineOptions, total=False):
     interval: float
 
 
+class SharedMonitor(Protocol):
+    """What the type checker knows of ``monitor=``: a :class:`sysmetrics.SystemMonitor`.
+
+    A protocol, since the options sit below the monitor (which imports them); the
+    callback checks the class itself at run time (``callback.check_monitor``).
+    """
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two samples."""
+
+    @property
+    def stopped(self) -> bool:
+        """Whether it was stopped: it samples no more."""
+
+    def header(self) -> dict[str, Any]:
+        """The recording's header: pid, interval (s), cpus."""
+
+
 class CallbackOptions(CollectorOptions, _EngineOptions, total=False):
     """Every keyword a framework callback takes: its own (scope ``"callback"``) and the monitor's.
 
@@ -104,7 +122,7 @@ class CallbackOptions(CollectorOptions, _EngineOptions, total=False):
     exclude: str | Iterable[str] | None
     console: bool
     live_findings: bool
-    monitor: SystemMonitor | None
+    monitor: SharedMonitor | None
     run_file: PathLike | bool | None
 
 

@@ -45,7 +45,7 @@ class Series:
 
 
 class Source(Protocol):
-    """What a :class:`Reader` asks of the monitor it reads (``SystemMonitor`` is one)."""
+    """What a :class:`Reader` asks of the monitor it reads (the monitor's ``SeriesStore``)."""
 
     def read_window(self, reader: Reader) -> dict[str, float]:
         """The reader's window since its previous one (:meth:`Reader.aggregate`)."""

@@ -50,8 +50,8 @@ def disk_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
 
 def next_sample(m: SystemMonitor) -> dict[str, float]:
     """``m.latest()`` once the monitor has taken a new sample."""
-    n = m._tick
-    wait_for(lambda: m._tick > n)
+    n = m._series_store.tick
+    wait_for(lambda: m._series_store.tick > n)
     return m.latest()
 
 

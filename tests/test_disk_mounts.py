@@ -269,7 +269,7 @@ def test_a_path_on_a_non_local_mount_is_never_touched_here(
             wait_for(lambda: {f"disk.{there}.usagePercent", "disk.in"} <= m.latest().keys())
             wait_for(lambda: any(issubclass(w.category, SystemMetricsWarning) for w in caught))
             for _ in range(3):
-                wait_for(lambda n=m._tick: m._tick > n)  # type: ignore[misc]
+                wait_for(lambda n=m._series_store.tick: m._series_store.tick > n)  # type: ignore[misc]
                 got = m.latest().keys() & keys
                 assert got == {f"disk.{there}.usagePercent", f"disk.{local}.usagePercent"}, got
     messages = [str(w.message) for w in caught if issubclass(w.category, SystemMetricsWarning)]
@@ -395,8 +395,8 @@ with SystemMonitor(interval=0.02, collectors=[disk]) as m:
     print(pid, flush=True)
     sys.stdin.readline()  # the helper was killed meanwhile
     wait(lambda: probes[0].pid not in (None, pid) and key in m.latest())
-    n = m._tick
-    wait(lambda: m._tick > n + 5)
+    n = m._series_store.tick
+    wait(lambda: m._series_store.tick > n + 5)
 print("alive", flush=True)
 """
 

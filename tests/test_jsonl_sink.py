@@ -117,9 +117,9 @@ def test_a_stalled_file_never_delays_sampling(tmp_path: Path) -> None:
     sink = JsonlSink(m, fifo, buffer=10)
     try:
         wait_for(lambda: sink.dropped > 20, timeout=30)  # the pipe is full, the writer stuck
-        before = m._tick
+        before = m._series_store.tick
         time.sleep(0.5)
-        ticks = m._tick - before
+        ticks = m._series_store.tick - before
         assert ticks >= 20, ticks  # ~50 at 0.01 s on an idle machine; sampling goes on
         started = time.monotonic()
         sink.close(timeout=0.2)  # the writer is stuck in write(): left behind
@@ -147,8 +147,8 @@ def test_a_failing_write_stops_the_sink_with_one_warning(tmp_path: Path) -> None
         os.close(hold)
         sink._thread.join(5)
         assert not sink._thread.is_alive()
-        ticks = m._tick
-        wait_for(lambda: m._tick > ticks + 5)  # the monitor goes on
+        ticks = m._series_store.tick
+        wait_for(lambda: m._series_store.tick > ticks + 5)  # the monitor goes on
         m.stop()
         sink.close()
     ours = [w for w in caught if issubclass(w.category, SystemMetricsWarning)]

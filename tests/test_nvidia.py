@@ -482,7 +482,7 @@ def test_mig_handles_are_fetched_again_after_reconfiguration() -> None:
     parent = GPU("GPU-a", mig=[a0, a1])
     c = collector([parent])
     now = [time.monotonic()]
-    c._clock = lambda: now[0]
+    c._field_reader.clock = lambda: now[0]
     assert c.sample()["gpu.0.mig.0.memoryAllocatedBytes"] == 1 << 30
     a2 = GPU("MIG-a2", used=5 << 30, total=10 << 30, is_mig=True)
     c.nvml.nvmlLib.reconfigure_mig(parent, [a2, a1])  # a0 destroyed, a2 created in its slot
@@ -573,7 +573,7 @@ def test_energy_is_integrated_from_power_where_nvml_has_no_counter() -> None:
     gpu = GPU("GPU-a", energy_mj=None, power_mw=100_000)
     c = collector([gpu])
     now = [50.0]
-    c._clock = lambda: now[0]
+    c._field_reader.clock = lambda: now[0]
     assert c.sample()["gpu.0.energyJoules"] == 0.0
     now[0] += 2.0
     gpu.power_mw = 200_000
@@ -611,7 +611,7 @@ def test_throttle_bits_are_nvmls() -> None:
 def _ticking(c: NvidiaCollector, gpus: list[GPU], ticks: int, step: float = 0.5) -> list[Any]:
     """``ticks`` samples ``step`` s apart on the collector's own clock (no sleeping)."""
     now = [1000.0]
-    c._clock = lambda: now[0]
+    c._field_reader.clock = lambda: now[0]
     snaps = []
     for _ in range(ticks):
         snaps.append(c.sample())
@@ -647,7 +647,7 @@ def test_slow_changes_show_at_the_next_read_and_fast_ones_at_once() -> None:
     gpus = [GPU("GPU-a"), GPU("GPU-b", minor=1)]
     c = collector(gpus)
     now = [0.0]
-    c._clock = lambda: now[0]
+    c._field_reader.clock = lambda: now[0]
     first = c.sample()
     assert not any(k.startswith("gpu.process.") for k in first)
     gpus[1].compute = [(os.getpid(), 2 << 30)]
@@ -686,7 +686,7 @@ def test_slow_field_failing_is_absent_not_stale() -> None:
     gpu = GPU("GPU-a")
     c = collector([gpu])
     now = [0.0]
-    c._clock = lambda: now[0]
+    c._field_reader.clock = lambda: now[0]
     assert c.sample()["gpu.0.enforcedPowerLimitWatts"] == 300
     gpu.errors["nvmlDeviceGetEnforcedPowerLimit"] = pynvml.NVML_ERROR_TIMEOUT
     now[0] = 30.0

@@ -28,7 +28,6 @@ def test_options_are_declared_once() -> None:
     """Each option has its type and its entry, and nothing else (moved from test_readers)."""
     assert set(CollectorOptions.__annotations__) == set(COLLECTOR_OPTIONS)
     assert ("interval", "collectors", "clock", *COLLECTOR_OPTIONS) == MONITOR_OPTIONS
-    assert sysmetrics_monitor.MONITOR_OPTIONS == MONITOR_OPTIONS
     assert set(MonitorOptions.__annotations__) == set(MONITOR_OPTIONS)
     assert set(CallbackOptions.__annotations__) == {o.name for o in OPTIONS}
     assert len({o.name for o in OPTIONS}) == len(OPTIONS)

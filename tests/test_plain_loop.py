@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import sysmetrics
-from sysmetrics import runfile, steps
+from sysmetrics import runfile, stepfile
 from sysmetrics.collectors.rapl import RaplCollector
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.steptime import StepClock, StepTotals
@@ -123,7 +123,7 @@ def test_energy_per_step_from_a_rapl_counter(tmp_path: Path) -> None:
 
 
 class Monitor:
-    """What a :class:`steps._StepReader` touches of a monitor."""
+    """What a :class:`stepfile._StepReader` touches of a monitor."""
 
     interval = 0.1
     step: int | None = None
@@ -136,8 +136,8 @@ def step_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     whose ``SYSMETRICS_STEP_FILE`` names it (closed again after the test)."""
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
-    path = Path(steps.create(str(private)))
-    monkeypatch.setenv(steps.ENV, str(path))
+    path = Path(stepfile.create(str(private)))
+    monkeypatch.setenv(stepfile.ENV, str(path))
     for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in [
@@ -146,15 +146,15 @@ def step_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         ("_timing", None),
         ("_timing_tried", False),
     ]:
-        monkeypatch.setattr(steps, name, value)
+        monkeypatch.setattr(stepfile, name, value)
     yield path
-    if steps._fd is not None:
-        os.close(steps._fd)
+    if stepfile._fd is not None:
+        os.close(stepfile._fd)
 
 
 def test_batches_and_step_write_totals_the_recorder_reads(step_file: Path) -> None:
     monitor = Monitor()
-    reader = steps._StepReader(monitor, str(step_file))  # type: ignore[arg-type]
+    reader = stepfile._StepReader(monitor, str(step_file))  # type: ignore[arg-type]
     try:
         assert monitor.step_timing == reader.timing
         assert reader.timing() is None  # nothing timed yet
@@ -181,7 +181,7 @@ def test_energy_per_step_of_a_plain_loop_through_the_step_file(
     rapl = RaplCollector.create(str(root))
     assert rapl is not None
     m = SystemMonitor(interval=3600, collectors=[rapl])
-    reader = steps._StepReader(m, str(step_file))
+    reader = stepfile._StepReader(m, str(step_file))
     try:
         out = m.reader()
         m._sample_once()  # the baseline
@@ -203,32 +203,32 @@ def test_energy_per_step_of_a_plain_loop_through_the_step_file(
 def test_a_writer_stopped_mid_write_leaves_the_last_consistent_totals(step_file: Path) -> None:
     """A write begun and never ended (the sequence numbers differ) never blocks the
     reader, nor gets half-read: the totals read before stand."""
-    reader = steps._StepReader(Monitor(), str(step_file))  # type: ignore[arg-type]
+    reader = stepfile._StepReader(Monitor(), str(step_file))  # type: ignore[arg-type]
     try:
         with open(step_file, "r+b") as f:
-            f.seek(steps.TIMING)
-            block = steps._BLOCK.pack(1, 4242, 3, 0.3, 0.1, 24.0, 1)
+            f.seek(stepfile.TIMING)
+            block = stepfile._BLOCK.pack(1, 4242, 3, 0.3, 0.1, 24.0, 1)
             f.write(block)
             f.flush()
             first = reader.timing()
             assert first == StepTotals(3, 0.3, 0.1, 24.0)
-            f.seek(steps.TIMING)  # the next write's first part: its sequence number, pid
-            f.write(steps._SEQ.pack(2) + steps._TOTALS.pack(4242, 999, 9.9, 9.9, 99.0)[:12])
+            f.seek(stepfile.TIMING)  # the next write's first part: its sequence number, pid
+            f.write(stepfile._SEQ.pack(2) + stepfile._TOTALS.pack(4242, 999, 9.9, 9.9, 99.0)[:12])
             f.flush()
             t = time.perf_counter()
             assert reader.timing() is first
             assert time.perf_counter() - t < 1.0
-            f.seek(steps.TIMING)  # totals that are none: going back, then not finite
-            f.write(steps._BLOCK.pack(3, 4242, 2, 0.2, 0.1, 16.0, 3))
+            f.seek(stepfile.TIMING)  # totals that are none: going back, then not finite
+            f.write(stepfile._BLOCK.pack(3, 4242, 2, 0.2, 0.1, 16.0, 3))
             f.flush()
             assert reader.timing() is first
-            f.seek(steps.TIMING)
-            f.write(steps._BLOCK.pack(4, 4242, 5, math.inf, 0.1, 16.0, 4))
+            f.seek(stepfile.TIMING)
+            f.write(stepfile._BLOCK.pack(4, 4242, 5, math.inf, 0.1, 16.0, 4))
             f.flush()
             assert reader.timing() is first
             # Another process takes the file over: its totals add to the first's.
-            f.seek(steps.TIMING)
-            f.write(steps._BLOCK.pack(5, 4343, 2, 0.2, 0.05, 16.0, 5))
+            f.seek(stepfile.TIMING)
+            f.write(stepfile._BLOCK.pack(5, 4343, 2, 0.2, 0.05, 16.0, 5))
             f.flush()
             assert reader.timing() == pytest.approx(StepTotals(5, 0.5, 0.15, 40.0))
     finally:
@@ -238,7 +238,7 @@ def test_a_writer_stopped_mid_write_leaves_the_last_consistent_totals(step_file:
 def write_forever(path: str, stop: multiprocessing.synchronize.Event) -> None:
     """Write totals that all derive from one k, as fast as the writer can."""
     fd = os.open(path, os.O_RDWR)
-    w = steps._Timing(fd, 1)
+    w = stepfile._Timing(fd, 1)
     k = 0
     while not stop.is_set():
         k += 1
@@ -252,7 +252,7 @@ def test_the_reader_never_sees_a_mix_of_two_writes(step_file: Path) -> None:
     (steps k, seconds k/2, wait k/4, samples 8k), never a mix, and reads see progress.
     (With 2 CPUs, reader and writer run at once; a reader that ignores the sequence
     numbers sees mixes here.)"""
-    reader = steps._StepReader(Monitor(), str(step_file))  # type: ignore[arg-type]
+    reader = stepfile._StepReader(Monitor(), str(step_file))  # type: ignore[arg-type]
     ctx = multiprocessing.get_context("fork")
     stop = ctx.Event()
     writer = ctx.Process(target=write_forever, args=(str(step_file), stop))
@@ -281,13 +281,13 @@ def test_the_reader_never_sees_a_mix_of_two_writes(step_file: Path) -> None:
 def test_without_the_recorder_batches_is_the_iterables_iterator(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(steps.ENV, raising=False)
+    monkeypatch.delenv(stepfile.ENV, raising=False)
     for name, value in [("_fd", None), ("_tried", False), ("_timing_tried", False)]:
-        monkeypatch.setattr(steps, name, value)
+        monkeypatch.setattr(stepfile, name, value)
     items = [1, 2, 3]
     it = sysmetrics.batches(items)
     assert type(it) is type(iter(items)) and list(it) == items
-    assert steps._timing is None
+    assert stepfile._timing is None
 
 
 @pytest.mark.parametrize(
@@ -309,7 +309,7 @@ def test_other_local_ranks_mark_steps_without_timing(
     items = [1, 2]
     assert type(sysmetrics.batches(items)) is type(iter(items))
     sysmetrics.step(3)
-    assert step_file.read_bytes()[steps.TIMING :] == bytes(steps._BLOCK.size)
+    assert step_file.read_bytes()[stepfile.TIMING :] == bytes(stepfile._BLOCK.size)
 
 
 def test_one_process_times_another_warns_and_marks_only(step_file: Path) -> None:
@@ -323,14 +323,14 @@ def test_one_process_times_another_warns_and_marks_only(step_file: Path) -> None
         "for i in sysmetrics.batches([1, 2]):\n"
         "    sysmetrics.step(80 + i)\n"
     )
-    before = step_file.read_bytes()[steps.TIMING :]
+    before = step_file.read_bytes()[stepfile.TIMING :]
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("SystemMetricsWarning") == 1, proc.stderr
     assert "another process of this command times its steps already" in proc.stderr
     data = step_file.read_bytes()
-    assert data[len(steps.MAGIC) : len(steps.MAGIC) + 2] == b"82"
-    assert data[steps.TIMING :] == before
+    assert data[len(stepfile.MAGIC) : len(stepfile.MAGIC) + 2] == b"82"
+    assert data[stepfile.TIMING :] == before
 
 
 def test_a_bad_world_size_warns_and_counts_no_samples(
@@ -341,9 +341,9 @@ def test_a_bad_world_size_warns_and_counts_no_samples(
         loop = sysmetrics.batches([[1, 2]] * 3)
     for i, _ in enumerate(loop):
         sysmetrics.step(i)
-    assert steps._timing is not None
-    assert steps._timing.clock.read().samples == 0.0
-    assert steps._timing.clock.read().steps == 3
+    assert stepfile._timing is not None
+    assert stepfile._timing.clock.read().samples == 0.0
+    assert stepfile._timing.clock.read().steps == 3
 
 
 def test_a_format_1_step_file_of_an_older_recorder_takes_steps_only(
@@ -352,15 +352,15 @@ def test_a_format_1_step_file_of_an_older_recorder_takes_steps_only(
     private = tmp_path / "old"
     private.mkdir(mode=0o700)
     old = private / "step"
-    old.write_bytes(steps.MAGIC_1 + b" " * steps.WIDTH)
+    old.write_bytes(stepfile.MAGIC_1 + b" " * stepfile.WIDTH)
     old.chmod(0o600)
-    monkeypatch.setenv(steps.ENV, str(old))
+    monkeypatch.setenv(stepfile.ENV, str(old))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         items = [1, 2]
         assert type(sysmetrics.batches(items)) is type(iter(items))
         sysmetrics.step(12)
-    assert old.read_bytes() == steps.MAGIC_1 + b"12".ljust(steps.WIDTH)
+    assert old.read_bytes() == stepfile.MAGIC_1 + b"12".ljust(stepfile.WIDTH)
 
 
 def times_in_child(queue: multiprocessing.queues.Queue[tuple[bool, list[str]]]) -> None:
@@ -387,8 +387,8 @@ def test_a_forked_child_times_only_where_its_parent_does_not(step_file: Path) ->
     parent keeps the lock."""
     sysmetrics.step(1)  # the parent has the file open, not timing
     assert in_forked_child() == (True, [])
-    assert steps._timing is None
+    assert stepfile._timing is None
     assert not isinstance(sysmetrics.batches([1]), type(iter([1])))  # the parent times
     times, said = in_forked_child()
     assert not times and len(said) == 1 and "another process" in said[0], said
-    assert steps._timing is not None
+    assert stepfile._timing is not None

@@ -7,8 +7,7 @@ import threading
 
 import pytest
 
-import sysmetrics.monitor as sysmetrics_monitor
-from sysmetrics import SystemMonitor
+from sysmetrics import SystemMonitor, engine
 from tests.conftest import ScriptedCollector
 
 
@@ -115,7 +114,7 @@ def test_a_closed_or_dropped_reader_costs_nothing() -> None:
         gc.collect()
         fed(c, 3, {"gauge": 1.0}, {"gauge": 3.0})
         with m._lock:
-            live = m._live_readers()
+            live = m._series_store.live()
         assert live == [m._default, kept]
         assert kept.snapshot() == {"gauge": 2.0}
         kept.close()
@@ -132,15 +131,15 @@ def test_a_reader_that_reads_rarely_keeps_the_window_of_a_key_that_went_away() -
     try:
         epoch, batch = m.reader(), m.reader()
         fed(c, 2, {"gone": 6.0, "stays": 1.0})
-        ticks = sysmetrics_monitor.FORGET_AFTER + 2 * sysmetrics_monitor._SWEEP_EVERY
+        ticks = engine.FORGET_AFTER + 2 * engine._SWEEP_EVERY
         for n in range(ticks):
             fed(c, 3 + n, {"stays": 1.0})
             batch.snapshot()
         assert "gone" not in batch.snapshot()
         assert epoch.snapshot() == {"gone": 6.0, "stays": 1.0}
         m.snapshot()  # the default reader had it too: now nobody holds it
-        fed(c, 3 + ticks + sysmetrics_monitor._SWEEP_EVERY, *[{"stays": 1.0}] * 16)
-        assert "gone" not in m._series
+        fed(c, 3 + ticks + engine._SWEEP_EVERY, *[{"stays": 1.0}] * 16)
+        assert "gone" not in m._series_store.series
     finally:
         c.release()
         m.stop()

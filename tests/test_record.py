@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 import sysmetrics
-from sysmetrics import steps
+from sysmetrics import stepfile
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -493,52 +493,52 @@ def test_an_unknown_flag_gets_records_usage_and_a_suggestion(
 
 
 def test_step_without_the_recorder_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(steps.ENV, raising=False)
-    monkeypatch.setattr(steps, "_fd", None)
-    monkeypatch.setattr(steps, "_tried", False)
+    monkeypatch.delenv(stepfile.ENV, raising=False)
+    monkeypatch.setattr(stepfile, "_fd", None)
+    monkeypatch.setattr(stepfile, "_tried", False)
     sysmetrics.step(5)
-    assert steps._tried and steps._fd is None
+    assert stepfile._tried and stepfile._fd is None
 
 
 def fresh_step(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
     """``step()`` as in a new process whose ``SYSMETRICS_STEP_FILE`` names ``path``."""
-    monkeypatch.setenv(steps.ENV, str(path))
-    monkeypatch.setattr(steps, "_fd", None)
-    monkeypatch.setattr(steps, "_tried", False)
-    monkeypatch.setattr(steps, "_timing", None)
-    monkeypatch.setattr(steps, "_timing_tried", False)
+    monkeypatch.setenv(stepfile.ENV, str(path))
+    monkeypatch.setattr(stepfile, "_fd", None)
+    monkeypatch.setattr(stepfile, "_tried", False)
+    monkeypatch.setattr(stepfile, "_timing", None)
+    monkeypatch.setattr(stepfile, "_timing_tried", False)
 
 
 def test_step_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
-    path = Path(steps.create(str(private)))
+    path = Path(stepfile.create(str(private)))
     fresh_step(monkeypatch, path)
     sysmetrics.step(123456)
     sysmetrics.step(7)
-    empty = bytes(steps.SIZE - steps.TIMING)  # no timing: no loop wrapped in batches()
-    rest = b" " * (steps.TIMING - len(steps.MAGIC) - steps.WIDTH) + empty
-    assert path.read_bytes() == steps.MAGIC + b"7".ljust(steps.WIDTH) + rest
+    empty = bytes(stepfile.SIZE - stepfile.TIMING)  # no timing: no loop wrapped in batches()
+    rest = b" " * (stepfile.TIMING - len(stepfile.MAGIC) - stepfile.WIDTH) + empty
+    assert path.read_bytes() == stepfile.MAGIC + b"7".ljust(stepfile.WIDTH) + rest
     # A step too long for the file is skipped, never an error in the training loop.
     sysmetrics.step(10**30)
     sysmetrics.step("é" * 15)  # type: ignore[arg-type]
     sysmetrics.step(object())  # type: ignore[arg-type]
-    assert path.read_bytes() == steps.MAGIC + b"7".ljust(steps.WIDTH) + rest
-    assert steps._fd is not None
-    os.close(steps._fd)
+    assert path.read_bytes() == stepfile.MAGIC + b"7".ljust(stepfile.WIDTH) + rest
+    assert stepfile._fd is not None
+    os.close(stepfile._fd)
 
 
 def step_file_copy(directory: Path, mode: int = 0o700) -> Path:
     """A file exactly like the recorder's step file, in ``directory`` (made with ``mode``)."""
     directory.mkdir(mode=mode)
     directory.chmod(mode)  # whatever the umask
-    return Path(steps.create(str(directory)))
+    return Path(stepfile.create(str(directory)))
 
 
 def step_file_bytes() -> bytes:
     """The bytes of a new step file, as the recorder writes them."""
-    gap = steps.TIMING - len(steps.MAGIC) - steps.WIDTH
-    return steps.MAGIC + b" " * (steps.WIDTH + gap) + bytes(steps.SIZE - steps.TIMING)
+    gap = stepfile.TIMING - len(stepfile.MAGIC) - stepfile.WIDTH
+    return stepfile.MAGIC + b" " * (stepfile.WIDTH + gap) + bytes(stepfile.SIZE - stepfile.TIMING)
 
 
 UNRELATED = {
@@ -546,14 +546,14 @@ UNRELATED = {
     "a-file-of-20-bytes": lambda d: (d / "notes.txt", b"precious data here!\n"),
     "a-longer-file": lambda d: (d / "model.ckpt", os.urandom(4096)),
     # As long as a step file, but without its header.
-    "the-step-file-size": lambda d: (d / "same-size", b"x" * steps.SIZE),
+    "the-step-file-size": lambda d: (d / "same-size", b"x" * stepfile.SIZE),
     # A step file's bytes exactly, but in a directory others may enter (not the recorder's).
     "in-a-shared-directory": lambda d: (step_file_copy(d / "shared", 0o755), None),
     # A step file with one byte more.
     "one-byte-longer": lambda d: (d / "longer", step_file_bytes() + b" "),
     # A format 1 step file's header at format 2's size, and the other way round.
-    "old-header-new-size": lambda d: (d / "old", steps.MAGIC_1 + step_file_bytes()[23:]),
-    "new-header-old-size": lambda d: (d / "new", (steps.MAGIC + b" " * 40)[: steps.SIZE_1]),
+    "old-header-new-size": lambda d: (d / "old", stepfile.MAGIC_1 + step_file_bytes()[23:]),
+    "new-header-old-size": lambda d: (d / "new", (stepfile.MAGIC + b" " * 40)[: stepfile.SIZE_1]),
 }
 
 
@@ -568,7 +568,7 @@ def test_step_never_writes_a_file_the_recorder_did_not_make(tmp_path: Path, kind
     code = "import sysmetrics\nfor i in range(3):\n    sysmetrics.step(7)\nprint('done')"
     proc = subprocess.run(
         [sys.executable, "-c", code],
-        env={**os.environ, steps.ENV: str(path)},
+        env={**os.environ, stepfile.ENV: str(path)},
         capture_output=True,
         text=True,
         timeout=60,
@@ -577,7 +577,7 @@ def test_step_never_writes_a_file_the_recorder_did_not_make(tmp_path: Path, kind
     assert path.read_bytes() == before
     # One warning, naming the variable and the file; the loop goes on.
     assert proc.stderr.count("SystemMetricsWarning") == 1, proc.stderr
-    assert f"{steps.ENV}={str(path)!r} names no step file made by sysmetrics record" in (
+    assert f"{stepfile.ENV}={str(path)!r} names no step file made by sysmetrics record" in (
         proc.stderr
     )
 
@@ -596,7 +596,7 @@ def test_step_leaves_other_kinds_of_path_alone(
     with pytest.warns(sysmetrics.SystemMetricsWarning, match="names no step file"):
         sysmetrics.step(7)
     sysmetrics.step(8)  # warned once: later calls return at once
-    assert steps._tried and steps._fd is None
+    assert stepfile._tried and stepfile._fd is None
     if kind == "symlink":
         assert path.read_bytes() == step_file_bytes()
 

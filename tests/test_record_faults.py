@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import sysmetrics
-from sysmetrics import cli, runfile, steps
+from sysmetrics import cli, runfile, stepfile
 
 from .test_plain_loop import Monitor, step_file  # noqa: F401  (a fixture)
 
@@ -65,7 +65,7 @@ def test_a_batch_that_cannot_be_sized_counts_no_samples_with_one_warning(
 ) -> None:
     """The fake that runs everywhere: ``len`` or ``shape`` that raise count no samples,
     one warning for the loop's whole life, and every step is still timed."""
-    reader = steps._StepReader(Monitor(), str(step_file))  # type: ignore[arg-type]
+    reader = stepfile._StepReader(Monitor(), str(step_file))  # type: ignore[arg-type]
     items = [np.zeros((2, 1)), Unsized(), BadShape(), np.zeros((3, 1)), Unsized()]
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -163,7 +163,7 @@ def test_a_truncated_step_file_is_read_as_missing_until_it_is_whole(
     warns once and keeps the totals it had; ``step()`` writes it whole again (the
     write extends the file), and the reader takes the steps and totals that follow."""
     monitor = Monitor()
-    reader = steps._StepReader(monitor, str(step_file))  # type: ignore[arg-type]
+    reader = stepfile._StepReader(monitor, str(step_file))  # type: ignore[arg-type]
     try:
         for i, _ in enumerate(sysmetrics.batches([[1]] * 3)):
             sysmetrics.step(i + 1)
@@ -176,7 +176,7 @@ def test_a_truncated_step_file_is_read_as_missing_until_it_is_whole(
                 assert reader.timing() is before
                 reader.read()
         assert [str(w.message) for w in caught] == [
-            f"sysmetrics: the step file was truncated (0 of {steps.SIZE} bytes left); "
+            f"sysmetrics: the step file was truncated (0 of {stepfile.SIZE} bytes left); "
             "samples get no new step nor step keys until sysmetrics.step() writes it again"
         ]
         assert monitor.step == 3
@@ -229,10 +229,10 @@ def test_a_step_file_that_cannot_be_written_again_warns_once(
     """A real full tmpfs: the step file is truncated, the filesystem fills up, and
     writing the step file whole again fails (ENOSPC): the loop goes on, one warning,
     and later calls return at once. (Mapped, the write died of SIGBUS.)"""
-    path = Path(steps.create(str(full_tmpfs)))
-    monkeypatch.setenv(steps.ENV, str(path))
+    path = Path(stepfile.create(str(full_tmpfs)))
+    monkeypatch.setenv(stepfile.ENV, str(path))
     loop = sysmetrics.batches([np.zeros((2, 1))] * 6)
-    assert steps._timing is not None
+    assert stepfile._timing is not None
     for i, _ in enumerate(loop):
         if i == 2:
             os.truncate(path, 0)
@@ -250,22 +250,22 @@ def test_a_step_file_that_cannot_be_written_again_warns_once(
             ]
         else:
             assert said == []
-    assert steps._fd is None and steps._timing is None and steps._tried
+    assert stepfile._fd is None and stepfile._timing is None and stepfile._tried
 
 
 def test_a_step_file_descriptor_that_fails_warns_once(step_file: Path) -> None:  # noqa: F811
     """The fake that runs everywhere: a descriptor that refuses writes (EBADF)."""
     sysmetrics.step(1)
-    assert steps._fd is not None
-    os.close(steps._fd)
-    steps._fd = refusing = os.open(os.devnull, os.O_RDONLY)
+    assert stepfile._fd is not None
+    os.close(stepfile._fd)
+    stepfile._fd = refusing = os.open(os.devnull, os.O_RDONLY)
     try:
         with pytest.warns(sysmetrics.SystemMetricsWarning, match="cannot write the step file"):
             sysmetrics.step(2)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             sysmetrics.step(3)  # at once: no second warning
-        assert steps._fd is None
+        assert stepfile._fd is None
     finally:
         os.close(refusing)
 
@@ -280,7 +280,7 @@ def test_a_failing_recorder_leaves_the_command_running(
     reader cannot start) killed the command; now the command runs to its end, the exit
     status is its own, and the recorder says once that it stopped recording."""
 
-    class Broken(steps._StepReader):
+    class Broken(stepfile._StepReader):
         def start(self) -> None:
             raise RuntimeError("the reader cannot start")
 
@@ -364,15 +364,15 @@ def test_without_a_memory_filesystem_the_step_file_is_in_the_temporary_directory
     directory can be made, leaves the system's temporary directory."""
     for memory in [str(tmp_path / "missing"), str(tmp_path / "file")]:
         (tmp_path / "file").write_text("")
-        monkeypatch.setattr(steps, "MEMORY_DIR", memory)
-        made = steps.private_directory()
+        monkeypatch.setattr(stepfile, "MEMORY_DIR", memory)
+        made = stepfile.private_directory()
         try:
             assert os.path.dirname(made) == tempfile.gettempdir()
             assert os.stat(made).st_mode & 0o777 == 0o700
         finally:
             os.rmdir(made)
-    monkeypatch.setattr(steps, "MEMORY_DIR", str(tmp_path))
-    made = steps.private_directory()
+    monkeypatch.setattr(stepfile, "MEMORY_DIR", str(tmp_path))
+    made = stepfile.private_directory()
     assert os.path.dirname(made) == str(tmp_path)
     os.rmdir(made)
 
@@ -386,8 +386,8 @@ def test_the_step_files_descriptor_is_kept_out_of_the_way_of_the_commands_files(
     code = (
         "import os, sys, sysmetrics\n"
         "sysmetrics.step(1)\n"
-        "from sysmetrics import steps\n"
-        "assert steps._fd is not None and steps._fd >= steps.HIGH_FD, steps._fd\n"
+        "from sysmetrics import stepfile\n"
+        "assert stepfile._fd is not None and stepfile._fd >= stepfile.HIGH_FD, stepfile._fd\n"
         "os.closerange(3, 64)\n"
         "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
         "sysmetrics.step(2)\n"

@@ -97,7 +97,7 @@ def test_a_live_finding_says_the_readers_data_wait(tmp_path: Path) -> None:
 
     Regression (issue 31): live findings weighed a sample by the longer of the sampling
     interval and one ``step.seconds``, whatever the steps it closed."""
-    from sysmetrics.announce import LiveFindings
+    from sysmetrics.live_findings import LiveFindings
     from sysmetrics.monitor import SystemMonitor
     from sysmetrics.steptime import StepClock
 

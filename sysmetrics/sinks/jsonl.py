@@ -22,7 +22,6 @@ from typing import Any, Optional, Union
 
 from sysmetrics import runfile
 from sysmetrics._checks import positive_int
-from sysmetrics.collectors.process import ProcessCollector
 from sysmetrics.errors import SystemMetricsWarning, quote
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Sample
@@ -45,17 +44,6 @@ def line(sample: Sample, node: Optional[int] = None) -> bytes:
     and ``"node": k`` where ``node`` is given.
     """
     return runfile.sample_line(sample.time, sample.monotonic, sample.step, sample.values, node)
-
-
-def available_cpus(monitor: SystemMonitor) -> Optional[float]:
-    """The CPUs available to the job now (its ``cpu`` key's 100 %), where the monitor knows."""
-    for collector in monitor.collectors:
-        if isinstance(collector, ProcessCollector):
-            try:
-                return round(collector.available_cpus, 3)
-            except Exception:  # a vanished process, an unreadable cgroup: the field is null
-                return None
-    return None
 
 
 class JsonlSink:
@@ -134,10 +122,8 @@ class JsonlSink:
             command=None if command is None else list(command),
             host=socket.gethostname(),
             node=node,
-            pid=monitor.pid,
             start=round(time.time(), 6),
-            interval=monitor.interval,
-            cpus=available_cpus(monitor),
+            **monitor.header(),
             version=runfile.version(),
         )
         self._end: dict[str, Any] = {}

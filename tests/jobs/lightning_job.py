@@ -111,7 +111,7 @@ def main() -> None:
     out, mode = sys.argv[1], sys.argv[2]
     options = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {"interval": 0.05}
     # The tests read this job's console for warnings: the findings told live (a loaded
-    # machine is contention) have their own test (tests/test_announce.py).
+    # machine is contention) have their own test (tests/test_live_findings.py).
     options.setdefault("live_findings", False)
     if os.environ.get("JOB_NO_THREADS") == "1":
         no_sysmetrics_threads()

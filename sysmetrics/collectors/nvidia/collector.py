@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
-import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -13,26 +12,24 @@ from typing import Any
 from sysmetrics import _optional
 from sysmetrics.collectors.base import BaseCollector
 from sysmetrics.collectors.nvidia.attribution import Attribution
-from sysmetrics.collectors.nvidia.devices import GpuId, _errors, select, visible_devices
+from sysmetrics.collectors.nvidia.backoff import _Fields
+from sysmetrics.collectors.nvidia.devices import GpuId, select, visible_devices
 from sysmetrics.collectors.nvidia.fields import (
     _FIELDS,
     _MIG_FIELDS,
     _MIG_PARENT_SKIPS,
-    _PERMANENT,
-    PERIODS,
+    FieldReader,
     _Device,
-    _Fields,
 )
 from sysmetrics.collectors.nvidia.gpm import _Gpm
-from sysmetrics.collectors.nvidia.mig import MigReading
-from sysmetrics.collectors.nvidia.proclists import _Layout
+from sysmetrics.collectors.nvidia.mig import MigReader
 from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning
 from sysmetrics.host import HostSource, Job, ProcfsSource
 
 log = logging.getLogger("sysmetrics")
 
 
-class NvidiaCollector(MigReading, Attribution, BaseCollector):
+class NvidiaCollector(BaseCollector):
     """NVIDIA GPU metrics from NVML, per GPU and for the GPUs this process tree uses.
 
     Keys, per GPU ``i`` (CUDA's numbering: see :func:`visible_devices`):
@@ -145,15 +142,11 @@ class NvidiaCollector(MigReading, Attribution, BaseCollector):
         self.job = pid if isinstance(pid, Job) else Job(pid)  # the watched roots
         self.pid = self.job.pid
         self.track_process_tree = track_process_tree
-        self.proc_root = proc_root  # sets self._files
-        self._minors: tuple[float, set[int]] | None = None
-        self._layout: _Layout | None = None  # of the process lists, found at first use
-        self._tick = 0
-        # s: for energy, MIG re-fetch and the periods (a test may put its own clock here)
-        self._clock: Callable[[], float] = time.monotonic
-        self.periods = dict(PERIODS)  # s between reads of the slow fields; 0: every tick
-        self._reinit_tick = -1
-        self._permanent = _errors(nvml, *_PERMANENT)
+        # Its parts: the fields of each handle, the MIG devices, the tree's devices.
+        self._field_reader = FieldReader(nvml)
+        self._mig = MigReader(self._field_reader)
+        self._attribution = Attribution(self._field_reader, source, self.job, track_process_tree)
+        self.proc_root = proc_root  # sets the attribution's files
         self.devices = [
             self._describe(i, h, u) for i, h, u in select(visible_devices(nvml), gpu_ids)
         ]
@@ -206,29 +199,37 @@ class NvidiaCollector(MigReading, Attribution, BaseCollector):
     @proc_root.setter
     def proc_root(self, root: str | None) -> None:
         self._proc_root = root
-        self._files = self.source if root is None else ProcfsSource(root)
-        self._minors = None
+        self._attribution.files = self.source if root is None else ProcfsSource(root)
+
+    @property
+    def periods(self) -> dict[str, float]:
+        """Seconds between reads of each slow field (0: every tick), as the class says."""
+        return self._field_reader.periods
+
+    @periods.setter
+    def periods(self, periods: dict[str, float]) -> None:
+        self._field_reader.periods = periods
 
     def _describe(self, index: int, handle: Any, uuid: str) -> _Device:
-        nvml = self.nvml
+        nvml, call = self.nvml, self._field_reader.call
         dev = _Device(index, handle, uuid, fields=_Fields(list(_FIELDS)))
-        minor = self._call(lambda: nvml.nvmlDeviceGetMinorNumber(handle))  # None on MIG
+        minor = call(lambda: nvml.nvmlDeviceGetMinorNumber(handle))  # None on MIG
         dev.minor = None if minor is None else int(minor)
-        if self._call(lambda: nvml.nvmlDeviceIsMigDeviceHandle(handle), False):
+        if call(lambda: nvml.nvmlDeviceIsMigDeviceHandle(handle), False):
             dev.fields.names = list(_MIG_FIELDS)
-        elif self._call(lambda: nvml.nvmlDeviceGetMigMode(handle)[0], 0) == 1:
+        elif call(lambda: nvml.nvmlDeviceGetMigMode(handle)[0], 0) == 1:
             dev.mig_mode = True
             dev.fields.names = [f for f in dev.fields.names if f not in _MIG_PARENT_SKIPS]
-            self._fetch_mig(dev)
+            self._mig.fetch(dev)
         else:
             dev.gpm = _Gpm.open(nvml, handle)
         return dev
 
     def sample(self) -> dict[str, float]:
         """Every field of every watched GPU, and the same for the GPUs the tree uses."""
-        nvml = self.nvml
-        self._tick += 1
-        now = self._clock()
+        nvml, fields, attribution = self.nvml, self._field_reader, self._attribution
+        fields.tick += 1
+        now = fields.clock()
         tree: set[int] | None = None  # the process tree, found where process lists are read
         out: dict[str, float] = {}
         read: list[tuple[_Device, dict[str, float]]] = []
@@ -240,13 +241,13 @@ class NvidiaCollector(MigReading, Attribution, BaseCollector):
             dev.answered = dev.failed = 0
             lists_due = now >= dev.lists_due
             try:
-                values = self._read(dev, dev.fields, dev.handle)
+                values = fields.read(dev, dev.fields, dev.handle)
                 gpm = dev.gpm
                 if gpm is not None and gpm.fields.names:
                     read_gpm = partial(gpm.read, nvml, dev.handle)
-                    values.update(self._try(dev, gpm.fields, "gpm", read_gpm) or {})
-                self._read_mig(dev, out)
-                procs = self._processes(dev) if lists_due else {}
+                    values.update(fields.try_field(dev, gpm.fields, "gpm", read_gpm) or {})
+                self._mig.read(dev, out)
+                procs = attribution.processes(dev) if lists_due else {}
             except nvml.NVMLError_GpuIsLost as exc:
                 dev.lost = True
                 warnings.warn(
@@ -269,14 +270,14 @@ class NvidiaCollector(MigReading, Attribution, BaseCollector):
                 continue  # dev.ours: as the last lists said
             dev.lists_due = now + self.periods.get("processes", 0.0)
             if tree is None:
-                tree = self._job_tree()
-            if self._attribute(dev, procs, tree):
+                tree = attribution.job_tree()
+            if attribution.attribute(dev, procs, tree):
                 foreign.append(dev)
         if foreign and tree is not None:  # NVML reports host PIDs: the device files open
-            self._attribute_by_files(foreign, tree)
+            attribution.attribute_by_files(foreign, tree)
         for dev, values in read:
             if dev.ours is not None:
-                self._process_keys(out, dev, values, dev.ours)
+                attribution.process_keys(out, dev, values, dev.ours)
         return out
 
     def _check_answering(self, dev: _Device) -> bool:
@@ -298,4 +299,4 @@ class NvidiaCollector(MigReading, Attribution, BaseCollector):
             if dev.gpm is not None:
                 _Gpm.free(self.nvml, dev.gpm.samples)
                 dev.gpm = None
-        self._call(self.nvml.nvmlShutdown)
+        self._field_reader.call(self.nvml.nvmlShutdown)

@@ -7,11 +7,13 @@ what changes slowly (:data:`PERIODS`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from sysmetrics.collectors.nvidia.backoff import _Fields
 from sysmetrics.collectors.nvidia.devices import _errors
 
 if TYPE_CHECKING:
@@ -120,17 +122,6 @@ PERIODS: dict[str, float] = {
 
 
 @dataclass
-class _Fields:
-    """What one handle is asked: the fields still read, and the backoff of failing ones."""
-
-    names: list[str]
-    fails: dict[str, int] = field(default_factory=dict)  # failures in a row, per field
-    skip: dict[str, int] = field(default_factory=dict)  # tries left out before the next
-    held: dict[str, Any] = field(default_factory=dict)  # latest reading of a slow field
-    due: dict[str, float] = field(default_factory=dict)  # when it is read again (s)
-
-
-@dataclass
 class _Mig:
     """One MIG device of a GPU in MIG mode: its handle, UUID, fields and process lists."""
 
@@ -163,23 +154,33 @@ class _Device:
     gpm: _Gpm | None = None  # GPM metrics, where the GPU has them
 
 
-class FieldReading:
-    """The collector's reading of fields, under its fault rules (a mixin of the collector).
+class FieldReader:
+    """Reads the fields of one device handle under the collector's fault rules.
 
-    Attributes it uses, set by the collector: ``nvml`` (the binding), ``periods`` (s between
-    reads of each slow field), ``_clock`` (monotonic seconds), ``_tick`` (samples taken),
-    ``_reinit_tick`` (the tick NVML was last initialised again), ``_permanent`` (the errors
-    that drop a field).
+    The NVIDIA collector holds one, and hands it to its MIG and attribution parts.
+
+    Args:
+        nvml: the initialised binding.
+
+    Attributes:
+        periods: s between reads of each slow field (0: every tick), :data:`PERIODS` by
+            default.
+        clock: monotonic seconds, for energy, the MIG re-fetch and the periods (a test
+            may put its own here).
+        tick: samples taken (the collector counts them): one ``nvmlInit`` a tick at most.
+
     """
 
-    nvml: Any
-    periods: dict[str, float]
-    _clock: Callable[[], float]
-    _tick: int
-    _reinit_tick: int
-    _permanent: tuple[type[Exception], ...]
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        self.periods = dict(PERIODS)
+        self.clock: Callable[[], float] = time.monotonic
+        self.tick = 0
+        self._reinit_tick = -1  # the tick NVML was last initialised again
+        self._permanent = _errors(nvml, *_PERMANENT)  # the errors that drop a field
 
-    def _call(self, fn: Callable[[], Any], default: Any = None) -> Any:
+    def call(self, fn: Callable[[], Any], default: Any = None) -> Any:
+        """``fn()``, or ``default`` where NVML answers an error."""
         try:
             return fn()
         except self.nvml.NVMLError:
@@ -194,14 +195,14 @@ class FieldReading:
         try:
             return fn()
         except self.nvml.NVMLError_Uninitialized:
-            if self._reinit_tick == self._tick:
+            if self._reinit_tick == self.tick:
                 raise
-            self._reinit_tick = self._tick
+            self._reinit_tick = self.tick
             log.debug("sysmetrics: NVML was shut down by someone else: initialising it again")
             self.nvml.nvmlInit()
             return fn()
 
-    def _try(
+    def try_field(
         self,
         dev: _Device,
         fields: _Fields,
@@ -209,7 +210,7 @@ class FieldReading:
         fn: Callable[[], Any],
         stale: tuple[type[Exception], ...] = (),
     ) -> Any:
-        """``fn()`` for field ``name``, or None: skipped for now, failed, or dropped.
+        """``fn()`` for field ``name`` of ``dev``, or None: skipped for now, failed, or dropped.
 
         Raises:
             NVMLError_GpuIsLost: the GPU is lost.
@@ -242,23 +243,23 @@ class FieldReading:
         fields.fails.pop(name, None)
         return value
 
-    def _read(
+    def read(
         self,
         dev: _Device,
         fields: _Fields,
         handle: Any,
         stale: tuple[type[Exception], ...] = (),
     ) -> dict[str, float]:
-        """Read ``fields`` of one device handle, under the fault rules of :meth:`_try`."""
+        """Read ``fields`` of one device handle, under the fault rules of :meth:`try_field`."""
         nvml = self.nvml
-        now = self._clock()
+        now = self.clock()
         values: dict[str, float] = {}
         for name in list(fields.names):
             period = self.periods.get(name, 0.0)
             if period > 0.0 and name in fields.held and now < fields.due[name]:
                 v = fields.held[name]  # read less often: the latest reading
             else:
-                v = self._try(dev, fields, name, partial(_FIELDS[name], nvml, handle), stale)
+                v = self.try_field(dev, fields, name, partial(_FIELDS[name], nvml, handle), stale)
                 if v is None:
                     fields.held.pop(name, None)
                     continue
@@ -287,7 +288,7 @@ class FieldReading:
 
     def _integrate(self, dev: _Device, watts: float) -> float:
         """J since the monitor started from power readings (trapezoids between samples)."""
-        now = self._clock()
+        now = self.clock()
         if dev.power_at is not None:
             then, before = dev.power_at
             dev.energy += (before + watts) / 2.0 * max(now - then, 0.0)

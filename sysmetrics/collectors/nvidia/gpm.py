@@ -9,7 +9,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sysmetrics.collectors.nvidia.fields import _Fields
+from sysmetrics.collectors.nvidia.backoff import _Fields
 
 log = logging.getLogger("sysmetrics")
 

@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any
 
 from sysmetrics.collectors.nvidia.devices import _errors, _uuid
-from sysmetrics.collectors.nvidia.fields import FieldReading, _Device, _Mig
+from sysmetrics.collectors.nvidia.fields import FieldReader, _Device, _Mig
 
 log = logging.getLogger("sysmetrics")
 
@@ -18,10 +18,17 @@ _MIG_REFETCH_S = 5.0  # at most one re-fetch of a GPU's MIG handles in this many
 _MIG_RESCAN_S = 60.0  # and one at least this often, to find instances created meanwhile
 
 
-class MigReading(FieldReading):
-    """Fetching and reading the MIG devices of a GPU in MIG mode (a mixin of the collector)."""
+class MigReader:
+    """Fetches and reads the MIG devices of a GPU in MIG mode; the collector holds one.
 
-    def _fetch_mig(self, dev: _Device) -> None:
+    It reads them through the collector's
+    :class:`~sysmetrics.collectors.nvidia.fields.FieldReader`.
+    """
+
+    def __init__(self, fields: FieldReader) -> None:
+        self._fields = fields
+
+    def fetch(self, dev: _Device) -> None:
         """(Re)fetch the MIG handles of ``dev``; ``j`` is stable for a MIG device kept.
 
         ``j`` is the MIG device's index in NVML's enumeration (the index of
@@ -29,13 +36,14 @@ class MigReading(FieldReading):
         after a reconfiguration (the same UUID) keeps its ``j``, a new one takes its NVML
         index, or the lowest ``j`` free where a kept device holds that.
         """
-        nvml, handle = self.nvml, dev.handle
-        dev.mig_fetched = self._clock()
+        fields = self._fields
+        nvml, handle, call = fields.nvml, dev.handle, fields.call
+        dev.mig_fetched = fields.clock()
         found: list[tuple[int, Any, str]] = []
-        for k in range(self._call(lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle), 0)):
-            mig = self._call(partial(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, k))
+        for k in range(call(lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle), 0)):
+            mig = call(partial(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, k))
             if mig is not None:
-                found.append((k, mig, self._call(partial(_uuid, nvml, mig), f"#{k}")))
+                found.append((k, mig, call(partial(_uuid, nvml, mig), f"#{k}")))
         before = {m.uuid: (j, m) for j, m in dev.mig.items()}
         taken = {before[u][0] for _, _, u in found if u in before}
         mig_devices: dict[int, _Mig] = {}
@@ -52,7 +60,7 @@ class MigReading(FieldReading):
             mig_devices[j] = _Mig(mig, uuid)
         dev.mig = dict(sorted(mig_devices.items()))
 
-    def _read_mig(self, dev: _Device, out: dict[str, float]) -> None:
+    def read(self, dev: _Device, out: dict[str, float]) -> None:
         """The fields of each MIG device, ``gpu.{i}.mig.{j}.*``.
 
         NVML invalidates MIG handles when instances are destroyed or created: calls then
@@ -60,22 +68,23 @@ class MigReading(FieldReading):
         (at most once in ``_MIG_REFETCH_S`` seconds) and read at once; they are also
         fetched again every ``_MIG_RESCAN_S`` seconds, to find instances created meanwhile.
         """
-        stale = _errors(self.nvml, "InvalidArgument", "NotFound")
-        if self._clock() - dev.mig_fetched >= _MIG_RESCAN_S:
-            self._fetch_mig(dev)
+        fields = self._fields
+        stale = _errors(fields.nvml, "InvalidArgument", "NotFound")
+        if fields.clock() - dev.mig_fetched >= _MIG_RESCAN_S:
+            self.fetch(dev)
         for _ in range(2):
             found: dict[str, float] = {}
             outdated = False
             for j, mig in dev.mig.items():
                 try:
-                    values = self._read(dev, mig.fields, mig.handle, stale)
+                    values = fields.read(dev, mig.fields, mig.handle, stale)
                 except stale:
                     outdated = True
                     continue
                 for k, v in values.items():
                     found[f"gpu.{dev.index}.mig.{j}.{k}"] = v
-            if not outdated or self._clock() - dev.mig_fetched < _MIG_REFETCH_S:
+            if not outdated or fields.clock() - dev.mig_fetched < _MIG_REFETCH_S:
                 break
             log.debug("sysmetrics: gpu.%s: MIG handles outdated, fetched again", dev.index)
-            self._fetch_mig(dev)
+            self.fetch(dev)
         out.update(found)

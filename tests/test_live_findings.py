@@ -1,4 +1,4 @@
-"""Findings told live (:mod:`sysmetrics.announce`), over a real monitor's samples."""
+"""Findings told live (:mod:`sysmetrics.live_findings`), over a real monitor's samples."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Optional
 
 import pytest
 
-from sysmetrics import announce, findings
-from sysmetrics.announce import LIVE_MAX_KEYS, LIVE_MAX_VALUES, LiveFindings
+from sysmetrics import findings, live_findings
 from sysmetrics.collectors.base import BaseCollector
 from sysmetrics.errors import SystemMetricsWarning
+from sysmetrics.live_findings import LIVE_MAX_KEYS, LIVE_MAX_VALUES, LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Sample
 
@@ -170,10 +170,10 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, Dataset
 
-import sysmetrics.announce
+import sysmetrics.live_findings
 from sysmetrics.integrations.lightning import SystemMetricsCallback
 
-sysmetrics.announce.LIVE_FIRST = sysmetrics.announce.LIVE_EVERY = 1.0  # not 20 s, 30 s
+sysmetrics.live_findings.LIVE_FIRST = sysmetrics.live_findings.LIVE_EVERY = 1.0  # not 20 s, 30 s
 
 class Slow(Dataset):
     def __len__(self):
@@ -337,7 +337,7 @@ def test_a_churning_key_stays_bounded() -> None:
 def test_keys_beyond_the_bound_are_not_kept_with_one_warning(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(announce, "LIVE_MAX_KEYS", 10)
+    monkeypatch.setattr(live_findings, "LIVE_MAX_KEYS", 10)
     live, reader = fed([])
     many = {f"gpu.{i}.gpu": 1.0 for i in range(30)}
     reader.feed(Sample(1.7e9 + j, float(j), j, many) for j in range(10))
@@ -351,7 +351,7 @@ def test_keys_beyond_the_bound_are_not_kept_with_one_warning(
 
 def test_a_rate_finding_fires_on_a_folded_store(monkeypatch: pytest.MonkeyPatch) -> None:
     """disk-bound reads disk.in's rate: folding keeps a counter's last value, so its rate."""
-    monkeypatch.setattr(announce, "LIVE_MAX_VALUES", 4_000)
+    monkeypatch.setattr(live_findings, "LIVE_MAX_VALUES", 4_000)
     lines: list[str] = []
     live, reader = fed(lines)
     samples = [
@@ -372,7 +372,7 @@ def test_a_rate_finding_fires_on_a_folded_store(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_folding_means_gauges_keeps_counters_last_and_peaks_max() -> None:
-    store = announce._Store()
+    store = live_findings._Store()
     for j, (gauge, counter, peak) in enumerate([(1.0, 10.0, 5.0), (3.0, 20.0, 1.0),
                                                 (5.0, 30.0, 2.0), (7.0, 40.0, 9.0)]):  # fmt: skip
         store.add(Sample(1.7e9 + j, float(j), j, {"cpu": gauge, "disk.in": counter,
@@ -456,7 +456,7 @@ def test_an_evaluation_runs_at_most_its_duty_and_close_ends_it_quickly(
         slept, cpu = live._throttle.slept, 0.2
         live.close()
     assert calls == ["sysmetrics-findings", "MainThread"]  # the last one, in close()
-    assert live._throttle.slept < cpu * (1 / announce.LIVE_DUTY)  # no sleep once closed
+    assert live._throttle.slept < cpu * (1 / live_findings.LIVE_DUTY)  # no sleep once closed
     assert slept > 0.3
 
 
@@ -471,8 +471,8 @@ def test_an_evaluation_over_its_budget_stops_the_announcing_with_one_warning(
         return []
 
     monkeypatch.setattr(findings, "findings", endless)
-    monkeypatch.setattr(announce, "LIVE_BUDGET", 0.02)
-    monkeypatch.setattr(announce, "LIVE_DUTY", 0.5)
+    monkeypatch.setattr(live_findings, "LIVE_BUDGET", 0.02)
+    monkeypatch.setattr(live_findings, "LIVE_DUTY", 0.5)
     with SystemMonitor(interval=0.02, collectors=[Script({"cpu": 1.0})]) as m:
         live = LiveFindings(m, lambda line: None, every=0.02, first=0.0).start()
         with pytest.warns(SystemMetricsWarning, match="took more than 0.02 s of CPU") as told:

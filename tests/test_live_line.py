@@ -10,7 +10,7 @@ import time
 import pytest
 
 from sysmetrics import SystemMonitor
-from sysmetrics.live import LiveView, live_line
+from sysmetrics.live_line import LiveView, live_line
 
 
 def test_live_line_with_rates() -> None:

@@ -410,7 +410,7 @@ def batches(iterable: Iterable[T], batch_size: Optional[int] = None) -> Iterator
             Multiplied by ``WORLD_SIZE`` where it is set: samples of the whole job.
 
     Without the recorder, or in a process that does not time (see
-    :mod:`sysmetrics.steps`: ``LOCAL_RANK`` not 0, ...), this returns ``iter(iterable)``:
+    :mod:`sysmetrics.stepfile`: ``LOCAL_RANK`` not 0, ...), this returns ``iter(iterable)``:
     nothing is added per item.
 
     Raises:

@@ -73,7 +73,6 @@ from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Sample
 from sysmetrics.runfile import Recording, Run
-from sysmetrics.sinks.jsonl import available_cpus
 
 LIVE_EVERY = 30.0  # s between two evaluations of the rules
 LIVE_FIRST = 20.0  # s after the start before the first one
@@ -402,12 +401,8 @@ class LiveFindings:
     ) -> None:
         self._say = say
         self._every = LIVE_EVERY if every is None else every
-        # The run line's fields the rules read, as the monitor's run file would have them.
-        self._header = {
-            "pid": monitor.pid,
-            "interval": monitor.interval,
-            "cpus": available_cpus(monitor),
-        }
+        # The run line's fields the rules read, as the monitor's run file has them.
+        self._header = monitor.header()
         self._reader = monitor.reader(buffer=LIVE_BUFFER)
         self._store = _Store()
         self._said: set[Said] = set()

@@ -1,4 +1,7 @@
-"""The state of one training run of a framework callback (see :class:`Run`)."""
+"""The state of one training run of a framework callback (see :class:`TrainingSession`).
+
+Not the run file's :class:`sysmetrics.runfile.Run`, which is a recording read back.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +9,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sysmetrics import distributed
-from sysmetrics.announce import LiveFindings
+from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Reader
 from sysmetrics.sinks.jsonl import JsonlSink
 from sysmetrics.steptime import TotalsSource
 
 
-class Run:
+class TrainingSession:
     """One training run's state: made at train start, closed at train end.
 
     The callback's configuration lives on :class:`CallbackCore` for its whole life; what
