@@ -8,11 +8,17 @@ import warnings
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from sysmetrics import BaseCollector, SystemMetricsWarning
 
 # Keras picks its backend at first import; the tests use torch's CPU build.
 os.environ.setdefault("KERAS_BACKEND", "torch")
+
+# No time limit on a hypothesis example: a test's verdict never depends on how busy the
+# machine is (a parser example once took 630 ms on a loaded 2-CPU machine, 1.4 ms after).
+settings.register_profile("sysmetrics", deadline=None)
+settings.load_profile("sysmetrics")
 
 
 def pytest_configure(config: pytest.Config) -> None:
