@@ -88,9 +88,9 @@ def sysmetrics_running(seconds: float, interval: float) -> tuple[float, int]:
     thread = monitor._thread  # benchmark-only look inside: the sampling thread's id
     assert thread is not None and thread.native_id is not None
     tid = thread.native_id
-    before, ticks0 = task_cpu_ns(os.getpid(), tid), monitor._tick
+    before, ticks0 = task_cpu_ns(os.getpid(), tid), monitor._series_store.tick
     time.sleep(seconds)
-    after, ticks = task_cpu_ns(os.getpid(), tid), monitor._tick - ticks0
+    after, ticks = task_cpu_ns(os.getpid(), tid), monitor._series_store.tick - ticks0
     monitor.stop()
     return (after - before) / 1e3 / ticks, ticks
 

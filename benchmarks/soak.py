@@ -60,8 +60,8 @@ def fds() -> int:
 
 def row(monitor: SystemMonitor, om: OpenMetricsCollector, ticks: int, dt: float) -> dict[str, Any]:
     with monitor._lock:  # the engine's private state: what it holds right now
-        keys = len(monitor._series)
-        tick = monitor._tick
+        keys = len(monitor._series_store.series)
+        tick = monitor._series_store.tick
     series = sum(len(s) for s in getattr(om, "_series", {}).values())
     return {
         "rss MiB": rss_mib(),
