@@ -597,11 +597,13 @@ def judge_training(
 
     run = read_run(wdir / "run.jsonl")
     window = logic.steady_window(run)
-    pairs = logic.compare(smi.readings, run, window, max_gap=INTERVAL_S + 1.0)
+    pairs = logic.compare(
+        smi.readings, run, window, max_gap=INTERVAL_S + 1.0, varying=logic.VARYING
+    )
     (wdir / "compare.txt").write_text(logic.pairs_table(pairs))
     (wdir / "compare.json").write_text(json.dumps([p.__dict__ for p in pairs], indent=1))
     gpus = range(len(smi.readings[-1].gpus)) if smi.readings else range(1)
-    checks += logic.judge_pairs(label, pairs, gpus=gpus)
+    checks += logic.judge_pairs(label, pairs, gpus=gpus, smi=smi.readings)
     if intruder is not None:
         if intruder.window is None:
             checks.append(

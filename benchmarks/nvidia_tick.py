@@ -10,7 +10,8 @@
    ratios of the two. The fake's calls are Python callbacks, so µs per call here is the
    binding's and the collector's overhead, not a driver's;
 2. on a machine with an NVIDIA GPU, the same two modes over the real NVML (calls counted
-   through a counting wrapper of the binding's library, about 0.2 µs a call), then
+   and timed through a wrapper of the binding's library, about 0.5 µs a call), a table of
+   each NVML function's calls and µs per call, then
    starts a child process that allocates 4 GiB with torch on GPU 0 and runs matmuls,
    monitors it for a few seconds, and prints utilization, the change of allocated bytes
    and the ``gpu.process.0.*`` keys seen for the process tree. Elsewhere it says there is
@@ -121,14 +122,19 @@ def fake(ticks: int) -> None:
 class _Counted:
     """A C function of the library, counting its calls (attributes go to the function)."""
 
-    def __init__(self, fn: Any, name: str, calls: Counter[str]) -> None:
+    def __init__(self, fn: Any, name: str, calls: Counter[str], seconds: dict[str, float]) -> None:
         object.__setattr__(self, "_fn", fn)
         object.__setattr__(self, "_name", name)
         object.__setattr__(self, "_calls", calls)
+        object.__setattr__(self, "_seconds", seconds)
 
     def __call__(self, *args: Any) -> Any:
         self._calls[self._name] += 1
-        return self._fn(*args)
+        t = time.perf_counter()
+        try:
+            return self._fn(*args)
+        finally:
+            self._seconds[self._name] = self._seconds.get(self._name, 0.0) + time.perf_counter() - t
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fn, name)
@@ -143,12 +149,26 @@ class _CountingLib:
     def __init__(self, lib: Any) -> None:
         self.lib = lib
         self.calls: Counter[str] = Counter()
+        self.seconds: dict[str, float] = {}  # wall time inside each function
         self._fns: dict[str, _Counted] = {}
 
     def __getattr__(self, name: str) -> Any:
         if name not in self._fns:
-            self._fns[name] = _Counted(getattr(self.lib, name), name, self.calls)
+            self._fns[name] = _Counted(getattr(self.lib, name), name, self.calls, self.seconds)
         return self._fns[name]
+
+    def table(self) -> str:
+        """Each function's calls and µs per call, the costliest (in all) first."""
+        rows = sorted(self.calls, key=lambda n: -self.seconds.get(n, 0.0))
+        total = sum(self.seconds.values()) or 1.0
+        lines = [f"  {'NVML function':<44}{'calls':>8}{'µs/call':>10}{'share':>8}"]
+        for n in rows:
+            s = self.seconds.get(n, 0.0)
+            lines.append(
+                f"  {n:<44}{self.calls[n]:>8}{s / self.calls[n] * 1e6:>10.1f}"
+                f"{s / total * 100:>7.1f}%"
+            )
+        return "\n".join(lines)
 
 
 def real(ticks: int) -> bool:
@@ -165,6 +185,8 @@ def real(ticks: int) -> bool:
     cache.clear()  # the binding caches the functions it looked up
     try:
         compare("real NVML", c, lambda: sum(counting.calls.values()), ticks)
+        print("real NVML, each function over both modes' runs (wall time inside the call):")
+        print(counting.table())
     finally:
         nvml.nvmlLib = counting.lib
         cache.clear()
@@ -182,7 +204,7 @@ def load() -> None:
         )
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         m.snapshot()
-        time.sleep(3)
+        time.sleep(6)  # past the next read of the process lists (every 5 s)
         during = m.snapshot()
         child.wait()
     grew = during["gpu.0.memoryAllocatedBytes"] - before["gpu.0.memoryAllocatedBytes"]

@@ -310,17 +310,20 @@ def train_mean_step(
 
 
 def training_overhead(
-    quick: bool, accelerator: str = "cpu", rounds: int | None = None
+    quick: bool, accelerator: str = "cpu", rounds: int | None = None, steps: int | None = None
 ) -> dict[str, dict[str, float]]:
     """Print table 2 (on Lightning's ``accelerator``); return each variant's figures.
 
-    ``rounds`` overrides the number of alternating rounds (2 quick, 16 otherwise).
+    ``rounds`` overrides the number of alternating rounds (2 quick, 16 otherwise), ``steps``
+    the steps a run (60 quick, 200 otherwise). A run must outlast several sampling
+    intervals, or the monitor's start (its first sample, NVML's handles) is what is timed:
+    on a GPU, where a step of this model takes about 3 ms, give 2000 or more.
     """
     import logging
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     variants = ["none", "sysmetrics 1 s", "sysmetrics 0.1 s", "DeviceStatsMonitor"]
-    rounds, steps = (rounds or 2, 60) if quick else (rounds or 16, 200)
+    rounds, steps = (rounds or 2, steps or 60) if quick else (rounds or 16, steps or 200)
     means: dict[str, list[float]] = {v: [] for v in variants}
     shares: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(rounds):

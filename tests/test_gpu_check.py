@@ -507,3 +507,84 @@ def test_poller_reads_nvidia_smi_while_running(
 
 def test_the_gpu_marked_tests_are_found() -> None:
     assert "tests/test_nvidia.py" in gpu_check.gpu_marked_tests()
+
+
+def _h100(workload: str) -> tuple[list[SmiReading], Run]:
+    """A real H100 capture (gpu-check, 2026-11-27, driver 580.159.04): nvidia-smi's readings
+    every 2 s during one of the check's trainings, and sysmetrics' gpu.0.gpu, powerWatts
+    and temp samples of the same run (0.5 s apart), as the check's files had them.
+    """
+    smi = []
+    for line in fixture(f"h100_{workload}_smi.txt").splitlines():
+        if line and not line.startswith("#"):
+            t, rest = line.split(", ", 1)
+            smi.append(SmiReading(float(t), logic.readings(rest)))
+    run = Run()
+    for line in fixture(f"h100_{workload}_sysmetrics.csv").splitlines():
+        if line and not line.startswith("#"):
+            t, step, gpu, watts, temp = line.split(", ")
+            values = {"gpu.0.gpu": gpu, "gpu.0.powerWatts": watts, "gpu.0.temp": temp}
+            run.add({k: float(v) for k, v in values.items()}, time=float(t),
+                    monotonic=float(t), step=None if step == "None" else int(step))  # fmt: skip
+    return smi, run
+
+
+FIELDS = ["utilization.gpu", "power.draw", "temperature.gpu"]
+
+
+def test_an_isolated_nvidia_smi_utilization_glitch_is_left_out_and_said() -> None:
+    smi, run = _h100("transformers")
+    pairs = logic.compare(smi, run, logic.steady_window(run), max_gap=1.5)
+    util = [p for p in pairs if p.field == "utilization.gpu"]
+    assert [p.smi for p in util if not p.ok] == [0.0]  # nvidia-smi's 0 amid 37-53 %
+    util_check, power, temp = logic.judge_pairs("t", pairs, fields=FIELDS, smi=smi)
+    assert util_check.ok and power.ok and temp.ok
+    assert "left out: nvidia-smi's 0 at" in util_check.detail
+    assert util_check.numbers["agree"] == len(util) - 1
+
+
+def test_an_isolated_temperature_dip_is_left_out() -> None:
+    smi, run = _h100("record")
+    pairs = logic.compare(smi, run, logic.steady_window(run), max_gap=1.5)
+    bad = [(p.field, p.smi, p.sysmetrics) for p in pairs if not p.ok and p.field in FIELDS]
+    assert bad == [("temperature.gpu", 64.0, 67.0)]  # nvidia-smi read 66, 64, 67
+    (temp,) = logic.judge_pairs("t", pairs, fields=["temperature.gpu"], smi=smi)
+    assert temp.ok and "left out: nvidia-smi's 64" in temp.detail
+
+
+def test_utilization_of_a_bursty_load_is_judged_within_its_own_variation() -> None:
+    smi, run = _h100("lightning")  # Lightning's short steps: sysmetrics read 0 to 56 %
+    window = logic.steady_window(run)
+    steady = logic.compare(smi, run, window, max_gap=1.5)
+    bad = [(p.field, p.smi, p.sysmetrics) for p in steady if not p.ok and p.field in FIELDS]
+    assert bad == [("utilization.gpu", 54.0, 30.0)]
+    pairs = logic.compare(smi, run, window, max_gap=1.5, varying=logic.VARYING)
+    (util,) = logic.judge_pairs("t", pairs, fields=["utilization.gpu"], smi=smi)
+    assert util.ok and "the load varied: widened to" in util.detail
+    widened = next(p.tolerance for p in pairs if p.tolerance is not None)
+    assert 10.0 < widened.absolute < 40.0
+    # a steady load keeps the steady tolerance
+    tol = logic.TOLERANCES["utilization.gpu"]
+    steady_values = [50.0, 53.0, 49.0, 51.0, 55.0, 50.0]
+    assert logic.widened(tol, list(range(6)), steady_values, (0.0, 5.0)) is tol
+
+
+def test_a_utilization_disagreement_that_is_no_isolated_glitch_still_fails() -> None:
+    smi, run = _h100("transformers")
+    window = logic.steady_window(run)
+    inside = [r for r in smi if window[0] <= r.time <= window[1]]
+    glitch = next(
+        j for j, r in enumerate(smi) if r.gpus[0]["utilization.gpu"] == 0.0 and r in inside
+    )
+
+    def reading(j: int, util: float) -> SmiReading:
+        return SmiReading(smi[j].time, [{**smi[j].gpus[0], "utilization.gpu": util}])
+
+    twice = list(smi)  # the reading after the glitch reads 0 too: two in a row
+    twice[glitch + 1] = reading(glitch + 1, 0.0)
+    moved = list(smi)  # the load moved: the reading after the 0 is 20, unlike the one before
+    moved[glitch + 1] = reading(glitch + 1, 20.0)
+    for readings in (twice, moved):
+        pairs = logic.compare(readings, run, window, max_gap=1.5)
+        (check,) = logic.judge_pairs("t", pairs, fields=["utilization.gpu"], smi=readings)
+        assert not check.ok and "left out" not in check.detail

@@ -320,6 +320,7 @@ def test_permanent_errors_drop_the_field_for_good(code: int) -> None:
 def test_uninitialized_nvml_is_initialised_again() -> None:
     """Another library called nvmlShutdown once too often: NVML answers UNINITIALIZED."""
     c = collector([GPU("GPU-a", compute=[(os.getpid(), 1 << 30)])])
+    c._field_reader.clock = lambda: 50.0  # no time passes: energy the same
     before = c.sample()
     c.nvml.nvmlShutdown()  # the other library's extra shutdown
     assert c.nvml.nvmlLib.refcount == 0
@@ -539,11 +540,14 @@ def test_mig_gpu_is_never_attributed_by_its_device_file(tmp_path: Path) -> None:
 def test_fan_power_limit_energy_and_throttle_reasons() -> None:
     gpu = GPU("GPU-a", fan=45, limit_mw=250_000, energy_mj=7_000_000, compute=[(os.getpid(), 1)])
     c = collector([gpu])
+    now = [50.0]
+    c._field_reader.clock = lambda: now[0]  # a call takes no time: the counter every tick
     snap = c.sample()
     assert snap["gpu.0.fanSpeed"] == 45 and snap["gpu.0.enforcedPowerLimitWatts"] == 250.0
     assert snap["gpu.0.energyJoules"] == 0.0  # since the monitor started
     assert [snap[f"gpu.0.throttle.{k}"] for k in ("thermal", "powerCap", "hwSlowdown")] == [0] * 3
     gpu.energy_mj = 7_012_500
+    now[0] += 1.0
     gpu.clocks_event_reasons = pynvml.nvmlClocksEventReasonSwThermalSlowdown | (
         pynvml.nvmlClocksEventReasonSwPowerCap
     )
@@ -580,6 +584,67 @@ def test_energy_is_integrated_from_power_where_nvml_has_no_counter() -> None:
     assert c.sample()["gpu.0.energyJoules"] == pytest.approx(300.0)  # (100 + 200) / 2 * 2 s
     now[0] += 1.0
     assert c.sample()["gpu.0.energyJoules"] == pytest.approx(500.0)
+
+
+class _SlowEnergy(GPU):
+    """A GPU whose energy counter takes ``cost`` s of the collector's clock ``now`` to read.
+
+    Models what ``benchmarks/nvidia_tick.py`` measured on an H100 in a Firecracker VM
+    (driver 580.159.04): ``nvmlDeviceGetTotalEnergyConsumption`` took 4.2 ms a call, 96 %
+    of the collector's time, where every other call took 2 to 15 µs (GPM's sample 105 µs).
+    """
+
+    def __init__(self, *args: Any, now: list[float], cost: float, **kw: Any) -> None:
+        self.now, self.cost = now, cost
+        super().__init__(*args, **kw)
+
+    @property  # type: ignore[override]
+    def energy_mj(self) -> int | None:
+        self.now[0] += self.cost
+        return self._energy
+
+    @energy_mj.setter
+    def energy_mj(self, value: int | None) -> None:
+        self._energy = value
+
+
+def test_a_slow_energy_counter_is_read_less_often_and_power_fills_in() -> None:
+    now = [100.0]
+    gpu = _SlowEnergy("GPU-a", now=now, cost=0.004, power_mw=200_000, energy_mj=1_000_000)
+    c = collector([gpu])
+    c._field_reader.clock = lambda: now[0]
+    snaps = [c.sample()]
+    start = now[0]
+    while now[0] < start + 10.0:  # 10 s of ticks 0.5 s apart, 200 W throughout
+        now[0] += 0.5
+        gpu._energy = (gpu._energy or 0) + 100_000  # mJ: 200 W for 0.5 s
+        snaps.append(c.sample())
+    # 4 ms a read at 0.1 % of a CPU: once in 4 s, not 21 times
+    assert calls(c)["nvmlDeviceGetTotalEnergyConsumption"] == 3
+    # in between, power integrated on the last reading (each read's 4 ms moves the clock)
+    energy = [s["gpu.0.energyJoules"] for s in snaps]
+    assert energy == pytest.approx([100.0 * k for k in range(len(snaps))], rel=0.01)
+
+
+def test_energy_between_counter_reads_never_goes_back() -> None:
+    now = [100.0]
+    gpu = _SlowEnergy("GPU-a", now=now, cost=0.004, power_mw=400_000, energy_mj=1_000_000)
+    c = collector([gpu])
+    c._field_reader.clock = lambda: now[0]
+    energy = [c.sample()["gpu.0.energyJoules"]]
+    for _ in range(30):  # power says 400 W, the counter grows at 200 W
+        now[0] += 0.5
+        gpu._energy = (gpu._energy or 0) + 100_000
+        energy.append(c.sample()["gpu.0.energyJoules"])
+    assert all(b >= a for a, b in zip(energy, energy[1:])), energy
+    assert max(energy) > 3000.0  # the integration ran ahead; the value held, then went on
+    gpu.power_mw = 200_000
+    for _ in range(30):
+        now[0] += 0.5
+        gpu._energy = (gpu._energy or 0) + 100_000
+        energy.append(c.sample()["gpu.0.energyJoules"])
+    assert all(b >= a for a, b in zip(energy, energy[1:])), energy
+    assert energy[-1] == pytest.approx(6000.0, abs=500.0)  # the counter's 60 x 100 J, nearly
 
 
 def test_unsupported_fan_energy_and_throttle_are_absent() -> None:
