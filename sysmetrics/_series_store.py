@@ -23,7 +23,7 @@ from sysmetrics.engine import (
     _name,
     _short,
 )
-from sysmetrics.reader import Reader, Sample, Series
+from sysmetrics.reader import Reader, Sample, Series, Snapshot
 
 
 class SeriesStore:
@@ -41,6 +41,10 @@ class SeriesStore:
         self._before_read = before_read
         self.series: dict[str, Series] = {}
         self.tick = 0  # ticks folded in
+        self.tick_time = 0.0  # when the latest tick was taken, s since the Unix epoch
+        # id(collector) -> {key: s it stays current after its measurement}, as its
+        # ``held_for()`` said at the latest tick (keys measured at a slower cadence)
+        self.holds: dict[int, Mapping[str, float]] = {}
         self._readers: list[weakref.ref[Reader]] = []
 
     def reader(self, buffer: int = 0) -> Reader:
@@ -105,10 +109,12 @@ class SeriesStore:
             series[key] = s
             for r in readers:
                 r.forget(key)  # a window of another collector's values
+        now = self.tick_time
         for key, v in checked:
             s = series[key]
             s.last = v
             s.seen = self.tick
+            s.seen_time = now
         for r in readers:  # the hot loop: each reader's window of each key
             r.fold(checked, weights)
 
@@ -119,16 +125,36 @@ class SeriesStore:
         (``FORGET_UNREAD_AFTER`` ticks), so a reader that reads rarely (once an epoch)
         still gets the key's window.
         """
+        held = self.held()
         for key, s in list(self.series.items()):
             age = self.tick - s.seen
-            if age <= FORGET_AFTER:
+            if age <= FORGET_AFTER or key in held:
                 continue
             if age <= FORGET_UNREAD_AFTER and any(r.unread(key) for r in readers):
                 continue
             self._drop_key(key, readers)
 
+    def held(self) -> frozenset[str]:
+        """The keys not reported at the latest tick that are still current.
+
+        Their collector's ``held_for()`` named them at the latest tick, and their latest
+        measurement is no older than it said (a key measured at a slower cadence).
+        """
+        if not self.holds:
+            return frozenset()
+        now, tick = self.tick_time, self.tick
+        return frozenset(
+            key
+            for key, s in self.series.items()
+            if s.seen != tick
+            and (hold := self.holds.get(id(s.owner))) is not None
+            and key in hold
+            and now - s.seen_time <= hold[key]
+        )
+
     def drop_owner(self, collector: Collector) -> None:
         """Drop every key ``collector`` reports (it was taken out)."""
+        self.holds.pop(id(collector), None)
         readers = self.live()
         for key in [k for k, s in self.series.items() if s.owner is collector]:
             self._drop_key(key, readers)
@@ -140,7 +166,7 @@ class SeriesStore:
 
     # -- the readers' source (:class:`sysmetrics.reader.Source`), each taking the lock ------
 
-    def read_window(self, reader: Reader) -> dict[str, float]:
+    def read_window(self, reader: Reader) -> Snapshot:
         """``reader``'s window since its previous one: what ``reader.snapshot()`` returns."""
         if reader.buffering:
             raise RuntimeError(
@@ -150,8 +176,8 @@ class SeriesStore:
         self._before_read()
         with self._lock:
             if reader.closed:
-                return {}
-            return reader.aggregate(self.series, self.tick)
+                return Snapshot()
+            return reader.aggregate(self.series, self.tick, self.tick_time, self.held())
 
     def take_samples(self, reader: Reader) -> list[Sample]:
         """``reader``'s buffered samples, taken out: what ``reader.samples()`` returns."""

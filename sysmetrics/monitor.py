@@ -35,7 +35,7 @@ from sysmetrics.engine import Clock as Clock  # public here: sysmetrics.monitor.
 from sysmetrics.errors import OptionTypeError, SystemMetricsWarning
 from sysmetrics.host import Job
 from sysmetrics.options import MONITOR_OPTIONS, CollectorOptions
-from sysmetrics.reader import Reader, Sample
+from sysmetrics.reader import Reader, Sample, Snapshot
 from sysmetrics.steptime import ENERGY_SUFFIX, StepCollector, TotalsSource
 
 log = logging.getLogger("sysmetrics")
@@ -43,6 +43,28 @@ log = logging.getLogger("sysmetrics")
 
 # Patched by tests on this module; read here by the watchdog and the readers.
 STUCK_AFTER = 30.0  # a sample() call this long is a stuck collector
+
+
+def _hold(store: SeriesStore, c: Collector) -> None:
+    """Note which of ``c``'s keys stay current between its measurements (``held_for()``).
+
+    Raises:
+        _Misbehaved: ``held_for()`` failed or did not return seconds per key.
+
+    """
+    held_for = getattr(c, "held_for", None)
+    if held_for is None:
+        return
+    try:
+        hold = dict(held_for())
+        if not all(isinstance(v, (int, float)) and v >= 0.0 for v in hold.values()):
+            raise ValueError("not seconds")
+    except Exception as exc:
+        raise _Misbehaved(f"held_for() failed: {_name(exc)}") from None
+    if hold:
+        store.holds[id(c)] = hold
+    else:
+        store.holds.pop(id(c), None)
 
 
 class SystemMonitor:
@@ -434,6 +456,7 @@ class SystemMonitor:
                 return
             store = self._series_store
             store.tick += 1
+            store.tick_time = clock.time()
             readers = store.live()
             windowed = [r for r in readers if not r.buffering]
             stored: list[tuple[str, float]] = []
@@ -441,13 +464,14 @@ class SystemMonitor:
                 weights = self._steps.weights if c is self._steps else None  # Description.weight
                 try:
                     store.fold(c, checked, windowed, weights)
+                    _hold(store, c)
                 except _Misbehaved as exc:
                     failed.append((c, f"{exc}; it is disabled, the others go on"))
                 else:
                     stored.extend(checked)
             buffering = [r for r in readers if r.buffering]
             if buffering:
-                sample = Sample(clock.time(), clock.monotonic(), self.step, dict(stored))
+                sample = Sample(store.tick_time, clock.monotonic(), self.step, dict(stored))
                 for r in buffering:
                     r.push(sample)
             if store.tick % _SWEEP_EVERY == 0:
@@ -606,14 +630,18 @@ class SystemMonitor:
         """The reader :meth:`snapshot` reads."""
         return self._default
 
-    def snapshot(self) -> dict[str, float]:
+    def snapshot(self) -> Snapshot:
         """The monitor's default reader's snapshot: the samples since the previous call.
 
         Returns:
-            ``{key: value}``: the mean of gauges, the latest value of cumulative counters,
-            and ``<key>.max`` for memory gauges. Keys whose collector reported nothing in
-            the window repeat their latest value while their collector still reports
-            them; keys of a disabled collector are dropped. Empty before ``start()``.
+            ``{key: value}`` (a :class:`~sysmetrics.reader.Snapshot`, a ``dict``): the
+            mean of gauges, the latest value of cumulative counters, and ``<key>.max``
+            for memory gauges. Keys whose collector reported nothing in the window repeat
+            their latest value while their collector still reports them, and so do keys
+            measured at a slower cadence than the samples (the job's PSS) between two
+            measurements; ``snapshot.measured[key]`` says when each value was measured
+            (s since the epoch) and ``snapshot.age(key)`` how long before the latest
+            sample. Keys of a disabled collector are dropped. Empty before ``start()``.
             Cheap, no I/O. Other readers' windows are not affected.
 
         """

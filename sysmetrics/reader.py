@@ -35,19 +35,58 @@ class Sample(NamedTuple):
 class Series:
     """One key as the monitor knows it: how it aggregates, who reports it, its latest value."""
 
-    __slots__ = ("kind", "last", "owner", "seen")
+    __slots__ = ("kind", "last", "owner", "seen", "seen_time")
 
     def __init__(self, kind: Aggregation, owner: Collector) -> None:
         self.kind = kind
         self.owner = owner
         self.last = 0.0
         self.seen = 0  # the tick that last reported this key
+        self.seen_time = 0.0  # when that tick was taken, s since the Unix epoch
+
+
+class Snapshot(dict[str, float]):
+    """A reader's window ``{key: value}``, and when each value was measured.
+
+    A plain ``dict`` of the values (compare it, copy it, log it as one), with:
+
+    - :attr:`time`: when the latest sample was taken (s since the Unix epoch);
+    - :attr:`measured`: ``{key: s since the epoch}``, when each value was last measured:
+      the latest sample for most keys; earlier for a key measured at a slower cadence
+      than the samples (the job's PSS: ``proc.memory.pssMB``, ``proc.memory.percent``),
+      which the window keeps with its latest reading rather than dropping it;
+    - :meth:`age`: seconds between a key's measurement and :attr:`time`.
+    """
+
+    time: float
+    measured: dict[str, float]
+
+    def __init__(
+        self,
+        values: Mapping[str, float] = (),  # type: ignore[assignment]
+        time: float = 0.0,
+        measured: Mapping[str, float] | None = None,
+    ) -> None:
+        super().__init__(values)
+        self.time = time
+        self.measured = dict(measured or {})
+
+    def age(self, key: str) -> float:
+        """Seconds between ``key``'s measurement and the latest sample (0: measured then).
+
+        Raises:
+            KeyError: ``key`` is not in the snapshot.
+
+        """
+        if key not in self:
+            raise KeyError(key)
+        return max(self.time - self.measured.get(key.removesuffix(".max"), self.time), 0.0)
 
 
 class Source(Protocol):
     """What a :class:`Reader` asks of the monitor it reads (the monitor's ``SeriesStore``)."""
 
-    def read_window(self, reader: Reader) -> dict[str, float]:
+    def read_window(self, reader: Reader) -> Snapshot:
         """The reader's window since its previous one (:meth:`Reader.aggregate`)."""
         ...
 
@@ -90,14 +129,15 @@ class Reader:
         self.closed = False
         self._repeated: list[str] = []  # keys of the latest window that no sample had
 
-    def snapshot(self, repeat: bool = True) -> dict[str, float]:
+    def snapshot(self, repeat: bool = True) -> Snapshot:
         """Aggregate of the samples since this reader's previous call; empty once closed.
 
         Args:
             repeat: with no sample of a key since the previous call, repeat its latest
-                value (True, the monitor's ``snapshot()``), or leave the key out (False:
-                what the callbacks log, so a logging point without a new sample logs no
-                system keys rather than the previous window again).
+                value (True, the monitor's ``snapshot()``), with the time it was measured
+                in :attr:`Snapshot.measured`, or leave the key out (False: what the
+                callbacks log, so a logging point without a new sample logs no system
+                keys rather than the previous window again).
 
         Raises:
             RuntimeError: the reader keeps samples (``buffer=n``), not windows.
@@ -107,6 +147,7 @@ class Reader:
         if not repeat:
             for key in self._repeated:
                 out.pop(key, None)
+                out.measured.pop(key, None)
         return out
 
     def samples(self) -> list[Sample]:
@@ -210,24 +251,38 @@ class Reader:
         """Wake a sink waiting on this reader (:meth:`wait`); outside the lock."""
         self._new.set()
 
-    def aggregate(self, series: dict[str, Series], tick: int) -> dict[str, float]:
-        """The window of this reader over ``series``; a new window starts."""
+    def aggregate(
+        self,
+        series: dict[str, Series],
+        tick: int,
+        now: float = 0.0,
+        held: frozenset[str] = frozenset(),
+    ) -> Snapshot:
+        """The window of this reader over ``series``; a new window starts.
+
+        ``now`` is the latest tick's time (s since the epoch); ``held`` the keys not
+        reported at the latest tick whose collector says they are still current (a
+        slower cadence): they are repeated like the keys of the latest tick.
+        """
         acc, self._acc = self._acc, {}
-        out: dict[str, float] = {}
+        out = Snapshot(time=now)
+        measured = out.measured
         repeated: list[str] = []
         self._repeated = repeated
         for key, s in series.items():
             a = acc.get(key)
             if a is None:
-                if s.seen != tick:
+                if s.seen != tick and key not in held:
                     continue  # nothing new, and its collector no longer reports it
                 out[key] = s.last
+                measured[key] = s.seen_time
                 repeated.append(key)
                 if s.kind == "peak":
                     out[key + ".max"] = s.last
                     repeated.append(key + ".max")
                 continue
             out[key] = s.last if s.kind == "last" else a[0] / a[1]
+            measured[key] = s.seen_time
             if s.kind == "peak":
                 out[key + ".max"] = a[2]
         return out

@@ -156,3 +156,84 @@ def test_bad_buffer_and_options_with_collectors_are_clear_errors() -> None:
         SystemMonitor(collectors=[c], disk_paths="/")
     with pytest.raises(TypeError, match="clock=1 is invalid"):
         SystemMonitor(collectors=[c], clock=1)  # type: ignore[arg-type]
+
+
+class SlowCadence(ScriptedCollector):
+    """A scripted collector whose key ``slow`` is measured less often than the samples.
+
+    ``held_for()`` says so as the process collector does for the job's PSS: ``slow`` stays
+    current ``hold`` s after its measurement (None: nothing is held, as while PSS fails).
+    """
+
+    def __init__(self, first: dict[str, float], hold: float | None) -> None:
+        super().__init__(first)
+        self.hold = hold
+
+    def held_for(self) -> dict[str, float]:
+        return {} if self.hold is None else {"slow": self.hold}
+
+
+def test_a_key_measured_at_a_slower_cadence_stays_in_snapshots_with_when_it_was_measured() -> None:
+    """Issue 35: ``snap["proc.memory.percent"]`` raised KeyError every other window."""
+    c = SlowCadence({"gauge": 0.0, "slow": 7.0}, hold=60.0)
+    m = SystemMonitor(interval=0.01, collectors=[c]).start()
+    try:
+        callbacks = m.reader()
+        m.snapshot()
+        fed(c, 3, {"gauge": 1.0}, {"gauge": 2.0})  # no ``slow`` in these samples
+        snap = m.snapshot()
+        assert snap == {"gauge": 1.5, "slow": 7.0}
+        assert snap.age("gauge") == 0.0 and snap.age("slow") > 0.0
+        assert snap.measured["slow"] < snap.measured["gauge"] == snap.time
+        # the callbacks' windows never log it again: it was not measured in them
+        assert callbacks.snapshot(repeat=False) == {"gauge": 1.5}
+        # longer than the engine keeps a key nobody reports: still held
+        ticks = engine.FORGET_AFTER + 2 * engine._SWEEP_EVERY
+        fed(c, 3 + ticks, *[{"gauge": 1.0}] * ticks)
+        assert m.snapshot()["slow"] == 7.0
+        fed(c, 4 + ticks, {"gauge": 1.0, "slow": 9.0})
+        snap = m.snapshot()
+        assert snap["slow"] == 9.0 and snap.age("slow") == 0.0
+        c.hold = None  # no longer current (PSS readings failing): gone at the next tick
+        fed(c, 5 + ticks, {"gauge": 1.0})
+        assert "slow" not in m.snapshot()
+        with pytest.raises(KeyError):
+            m.snapshot().age("slow")
+    finally:
+        c.release()
+        m.stop()
+
+
+def test_a_held_key_goes_once_its_hold_has_passed() -> None:
+    c = SlowCadence({"gauge": 0.0, "slow": 7.0}, hold=0.0)
+    m = SystemMonitor(interval=0.01, collectors=[c]).start()
+    try:
+        assert m.snapshot() == {"gauge": 0.0, "slow": 7.0}
+        fed(c, 2, {"gauge": 1.0})
+        assert "slow" not in m.snapshot()  # measured more than 0 s before the latest tick
+    finally:
+        c.release()
+        m.stop()
+
+
+def test_the_jobs_pss_is_in_every_snapshot_with_its_age() -> None:
+    """The real process collector: PSS read about once a second, sampled every 0.05 s."""
+    import time
+
+    m = SystemMonitor(interval=0.05).start()
+    try:
+        logged = m.reader()
+        time.sleep(0.3)
+        snaps, windows = [], []
+        for _ in range(16):
+            time.sleep(0.12)
+            snaps.append(m.snapshot())
+            windows.append(logged.snapshot(repeat=False))
+    finally:
+        m.stop()
+    for snap in snaps:
+        assert {"proc.memory.pssMB", "proc.memory.percent"} <= snap.keys()
+        assert 0.0 <= snap.age("proc.memory.percent") <= 10.0
+    assert any(snap.age("proc.memory.pssMB") > 0.0 for snap in snaps)  # held between readings
+    # what the callbacks log: a reading once, in the window it was measured in
+    assert 0 < sum("proc.memory.pssMB" in w for w in windows) < len(windows)

@@ -331,6 +331,20 @@ class ProcessCollector(BaseCollector):
             out["proc.memory.percent"] = pss / self.memory_total * 100.0
         return out
 
+    def held_for(self) -> dict[str, float]:
+        """The PSS keys, current for two reading periods and a second after a reading.
+
+        A reading is reported once, at the first sample after it ended (never again), and
+        the next begins ``pss_period`` later: between the two, the monitor's windows keep
+        the latest reading with the time it was measured (``Snapshot.measured``). Nothing
+        while readings fail: the keys are left out until one succeeds.
+        """
+        with self._pss_lock:
+            if self._pss_failures or self._pss is None:
+                return {}
+            hold = 2.0 * self._pss_period + 1.0
+        return {"proc.memory.pssMB": hold, "proc.memory.percent": hold}
+
     def _pss_bytes(
         self, roots: tuple[int, ...], stats: dict[int, tuple[ProcStat, int]], now: float
     ) -> int | None:
