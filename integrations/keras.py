@@ -25,7 +25,8 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
     writes as ``batch_*``. Keras hands one ``logs`` dict from callback to callback, so when
     training starts this callback moves itself to the front of the list: its position in
     ``callbacks=[...]`` does not matter. The progress bar shows ``logs`` without the system
-    metrics, as it would without this callback, unless ``console=True``. The same keys are
+    metrics, as it would without this callback; ``console=True`` adds the console's six
+    short keys (``cpu``, ``mem``, ``gpu``, ``gmem``, ``s/step``, ``wait``). The same keys are
     present from the first epoch on; ``CSVLogger`` fixes its columns then, so a key that
     appears only later (a collector added mid-run) is not in its file.
 
@@ -45,8 +46,8 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
             declared once in :data:`sysmetrics.options.OPTIONS` (type, default, help). Here
             ``logging_interval`` is ``"epoch"`` by default, with ``"step"``
             ``log_every_n_steps`` counts batches (default 1), ``console=True`` shows the
-            metrics in the progress bar, and ``run_file`` takes a path (Keras has no run
-            log directory for ``True``).
+            console's short keys in the progress bar, and ``run_file`` takes a path (Keras
+            has no run log directory for ``True``).
 
     Raises:
         TypeError, ValueError: an invalid option, at construction.
@@ -87,11 +88,7 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
             callbacks, fit_frame = found
             self._sizes = _keras.BatchSizes(fit_frame, self._steps)
             move_to_front(callbacks.callbacks, self)
-            undo = (
-                None
-                if self.core.console
-                else _keras.filter_progress_bars(callbacks, self.core.hidden)
-            )
+            undo = _keras.filter_progress_bars(callbacks, self.core.console_logs)
             self.core.start(watch=fit_frame, cleanup=undo, step=1, say=_keras.say)
         # Batch points start a new window of the run's reader each time; the epoch values
         # come from a reader of their own, so they cover the whole epoch and keep its peak.

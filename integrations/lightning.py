@@ -29,7 +29,8 @@ class SystemMetricsCallback(Callback):
     (``EarlyStopping``, ``max_time``, ``trainer.should_stop``). With ``"epoch"`` they are
     logged once per training epoch, at the step of the epoch-level metrics. Each point is
     the aggregate since the previous one (see :meth:`sysmetrics.SystemMonitor.snapshot`).
-    The progress bar does not show them unless ``console=True``.
+    The progress bar does not show them unless ``console=True``, and then only six short
+    keys (:data:`sysmetrics.console_view.CONSOLE_KEYS`).
 
     Keys: every key of :class:`sysmetrics.SystemMonitor` (``cpu``, ``proc.memory.rssMB``,
     ``disk./.usagePercent``, ...; see the README's table), after ``prefix`` joined with
@@ -50,7 +51,8 @@ class SystemMetricsCallback(Callback):
         **options: the callback's options and :class:`sysmetrics.SystemMonitor`'s, each
             declared once in :data:`sysmetrics.options.OPTIONS` (type, default, help). Here
             ``log_every_n_steps`` counts optimizer steps (None follows the trainer),
-            ``console=True`` shows the latest logged metrics in the progress bar, and
+            ``console=True`` shows the console's short keys of the latest logged metrics
+            (``cpu``, ``mem``, ``gpu``, ``gmem``, ``s/step``, ``wait``) in the progress bar, and
             ``run_file=True`` writes ``system_metrics.jsonl`` in ``trainer.log_dir``.
 
     Raises:
@@ -61,7 +63,6 @@ class SystemMetricsCallback(Callback):
 
     def __init__(self, **options: Unpack[CallbackOptions]) -> None:
         self.core = CallbackCore(owner=type(self).__name__, **options)
-        self._shown: dict[str, float] = {}
         self._world = 1  # trainer.world_size: a batch's samples over the whole job
         self._sizer = BatchSizer(  # never raises into the loop
             "sysmetrics: the Lightning callback cannot find the size of a batch"
@@ -83,8 +84,8 @@ class SystemMetricsCallback(Callback):
         hook = functools.partial(self._on_step_log, trainer)
         undo: list[Callable[[], None]] = [_lightning.on_train_step_log(trainer, hook)]
         if trainer.is_global_zero and self.core.console:
-            undo.append(_lightning.show_in_progress_bar(trainer, self._shown.copy))
-        self._shown.clear()
+            undo.append(_lightning.show_in_progress_bar(trainer, self.core.shown.copy))
+        self.core.shown.clear()
         self._world = max(int(trainer.world_size), 1)
         self._accumulates = int(getattr(trainer, "accumulate_grad_batches", 1) or 1) > 1
 
@@ -176,5 +177,3 @@ class SystemMetricsCallback(Callback):
             metrics = self.core.named(snapshot, getattr(logger, "group_separator", "/"))
             if metrics:
                 logger.log_metrics(metrics, step=step)
-        if self.core.console:
-            self._shown.update(self.core.named(snapshot))

@@ -27,7 +27,8 @@ class SystemMetricsCallback(TrainerCallback):
     ``on_log`` then adds the metrics to the training logs before any reporter sees them,
     and to the matching ``state.log_history`` entry. Reporters that rename keys do so as
     for the loss (TensorBoard shows ``train/system/cpu``). The console (progress bar or
-    printed log lines) shows the logs without them unless ``console=True``.
+    printed log lines) shows the logs without them unless ``console=True``, and then only
+    six short keys (:data:`sysmetrics.console_view.CONSOLE_KEYS`).
 
     With ``logging_interval="step"`` the metrics join the training log at the steps of
     the loss cadence (``logging_steps`` / ``logging_strategy`` / ``logging_first_step``),
@@ -54,7 +55,8 @@ class SystemMetricsCallback(TrainerCallback):
         **options: the callback's options and :class:`sysmetrics.SystemMonitor`'s, each
             declared once in :data:`sysmetrics.options.OPTIONS` (type, default, help). Here
             ``log_every_n_steps`` counts optimizer steps (None follows the Trainer),
-            ``console=True`` prints the metrics with the Trainer's console logs, and
+            ``console=True`` prints the console's short keys (``cpu``, ``mem``, ``gpu``,
+            ``gmem``, ``s/step``, ``wait``) with the Trainer's console logs, and
             ``run_file=True`` writes ``system_metrics.jsonl`` in ``args.logging_dir``, else
             ``args.output_dir``.
 
@@ -97,9 +99,7 @@ class SystemMetricsCallback(TrainerCallback):
         move_to_front(handler.callbacks, self)
         self._trainer = _transformers.trainer_of(loop_frame)
         self._samples = _transformers.samples_per_step(self._trainer, args, state)
-        undo = (
-            None if self.core.console else _transformers.filter_console(handler, self.core.hidden)
-        )
+        undo = _transformers.filter_console(handler, self.core.console_logs)
 
         def cleanup() -> None:
             self._trainer = None

@@ -115,7 +115,19 @@ def findings_table() -> str:
     return "\n".join(rows) + "\n\n" + "\n".join(details) + "\n"
 
 
+def console_table() -> str:
+    """The short keys ``console=True`` shows, in the order shown."""
+    from sysmetrics.console_view import CONSOLE_KEYS
+
+    rows = ["| short key | from | unit |", "|---|---|---|"]
+    for c in CONSOLE_KEYS:
+        source = f"gpu.{{i}}.{c.source}" if c.per_gpu else c.source
+        rows.append(f"| `{c.label}` | `{source}` | {_cell(c.unit)} |")
+    return "\n".join(rows) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "console": console_table,
     "findings": findings_table,
     "metrics": metrics_table,
     "options": options_table,
@@ -134,7 +146,7 @@ def render(markdown: str) -> str:
 
 
 def generate(name: str) -> str:
-    """One generated table, by name (``findings``, ``metrics``, ``options``, ``prometheus``)."""
+    """One generated table, by name (a key of :data:`GENERATORS`)."""
     return GENERATORS[name]()
 
 

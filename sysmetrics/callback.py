@@ -20,6 +20,7 @@ from typing_extensions import Unpack
 from sysmetrics import _watch, distributed
 from sysmetrics import options as opts
 from sysmetrics._checks import missing_here, one_or_many
+from sysmetrics.console_view import console_view
 from sysmetrics.descriptions import split_node
 from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning, quote
 from sysmetrics.live_findings import LiveFindings
@@ -218,6 +219,8 @@ class CallbackCore:
             _elsewhere(message)
         self._names: dict[tuple[str, str], str | None] = {}  # (key, separator) -> name
         self._produced: set[str] = set()  # every name ``named()`` has given out
+        # console=True: the console's short keys (``console_view``), as of the latest window
+        self.shown: dict[str, float] = {}
         self._lock = threading.Lock()
         self.run: TrainingSession | None = None  # the current (or latest) run
         # The framework's hooks mark the steps on it (training thread); a new one each
@@ -430,7 +433,33 @@ class CallbackCore:
         epoch logs, whose columns ``CSVLogger`` fixes at the first epoch).
         """
         reader = reader or self.reader
-        return reader.snapshot(repeat) if reader is not None else {}
+        if reader is None:
+            return {}
+        window = reader.snapshot(repeat)
+        if self.console and window:
+            self.shown.update(console_view(window, self._passes))
+        return window
+
+    def _passes(self, key: str) -> bool:
+        """Whether include/exclude let ``key`` through (to the loggers, so to the console)."""
+        name = self._names.get((key, "/"), "")
+        if name == "":
+            name = self._names[(key, "/")] = self._name(key, "/")
+            if name is not None:
+                self._produced.add(name)
+        return name is not None
+
+    def console_logs(self, logs: Mapping[str, Any]) -> dict[str, Any]:
+        """What the console shows of ``logs``.
+
+        The framework's own keys, without the ones this callback added, and with
+        ``console=True`` the console's short keys
+        (:data:`sysmetrics.console_view.CONSOLE_KEYS`) of the latest window.
+        """
+        shown = self.hidden(logs)
+        if self.console:
+            shown.update(self.shown)
+        return shown
 
     @property
     def multi_node(self) -> bool:

@@ -308,8 +308,9 @@ OPTIONS: tuple[Option, ...] = (
         "console",
         False,
         check_bool("console"),
-        "also show the metrics where the framework prints its logs (progress bar, printed "
-        "log lines); by default they reach the loggers only",
+        "also show six short keys (cpu, mem, gpu, gmem, s/step, wait) where the framework "
+        "prints its logs (progress bar, printed log lines); every key reaches the loggers "
+        "either way",
         scope="callback",
         aliases=("prog_bar", "progress_bar", "verbose"),
     ),

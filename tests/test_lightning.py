@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import threading
 import time
 import urllib.request
@@ -377,10 +378,45 @@ def test_progress_bar_shows_system_metrics_only_when_asked(
     captured = capfd.readouterr()
     console_text = captured.out + captured.err
     assert "Epoch 0" in console_text  # the real progress bar was drawn
-    assert ("system/cpu" in console_text) == console
+    assert "system/" not in console_text  # never the loggers' keys
+    # the short key (tqdm draws cpu=1.2, Rich cpu: 1.2), where include lets cpu in
+    assert bool(re.search(r"\bcpu[=:]", console_text)) == console
+    assert not re.search(r"\bmem[=:]", console_text)  # include="cpu" leaves the others out
     assert steps_with(csv_rows(tmp_path), "system/cpu") == [1, 3, 5, 7]
     bar = trainer.progress_bar_callback
     assert bar is not None and "get_metrics" not in vars(bar)  # unwrapped at the end
+
+
+def test_console_shows_six_short_keys_at_most(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: console=True put ~20 keys into the bar, which wrapped into a column where
+    five read ``system/proc.memo…``; now the console's short keys, none cut."""
+    from sysmetrics.console_view import CONSOLE_KEYS
+
+    tqdm = pytest.importorskip("tqdm")
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
+    seen: list[dict[str, Any]] = []
+
+    class Spy(pl.Callback):  # what the bar would draw now (its get_metrics, as wrapped)
+        def on_train_batch_end(self, trainer: pl.Trainer, module: Any, *a: Any) -> None:
+            bar = trainer.progress_bar_callback
+            assert bar is not None
+            seen.append(dict(bar.get_metrics(trainer, module)))
+
+    cb = SystemMetricsCallback(interval=0.02, console=True)
+    trainer = pl.Trainer(
+        max_epochs=1, logger=CSVLogger(tmp_path, name="csv"), callbacks=[cb, Spy()],
+        enable_checkpointing=False, enable_model_summary=False, accelerator="cpu", devices=1,
+        log_every_n_steps=2,
+    )  # fmt: skip
+    trainer.fit(TinyModel(), loader())
+    text = "".join(capfd.readouterr())
+    labels = {c.label for c in CONSOLE_KEYS}
+    ours = [{k for k in m if k in labels} for m in seen]
+    assert max(map(len, ours)) <= 6 and {"cpu", "s/step"} <= set().union(*ours)
+    assert all(set(m) - labels <= {"v_num", "loss", "train_loss"} for m in seen), seen[-1]
+    assert "system/" not in text and "proc.memo" not in text
 
 
 def no_sysmetrics_threads(monkeypatch: pytest.MonkeyPatch) -> None:
