@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import Unpack, override
 
-from sysmetrics.callback import CallbackCore
+from sysmetrics.callback import CallbackCore, RunSummary
 from sysmetrics.options import CallbackOptions
 from sysmetrics.steptime import BatchSizer
+
+if TYPE_CHECKING:
+    from sysmetrics.findings import Finding
 
 from . import _lightning
 
@@ -154,6 +157,22 @@ class SystemMetricsCallback(Callback):
         if self.core.logging_interval == "epoch":
             # Epoch-level metrics are logged at the last step of the epoch.
             self._log(trainer, _lightning.logged_step(trainer) - 1)
+
+    def summary(self) -> RunSummary | None:
+        """What the latest ``fit`` measured, once it has ended; None before.
+
+        The whole run's values and the last logged window
+        (:class:`sysmetrics.callback.RunSummary`); None too on a rank that does not sample.
+        """
+        return self.core.summary()
+
+    def findings(self) -> list[Finding]:
+        """The latest ``fit``'s findings, once it has ended: every rule over the whole run.
+
+        Each a :class:`sysmetrics.findings.Finding` (``rule``, ``sentence``, ``evidence``).
+        Empty with ``live_findings=False`` and on ranks other than global rank 0.
+        """
+        return self.core.findings()
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

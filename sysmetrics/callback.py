@@ -12,8 +12,9 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
@@ -26,10 +27,13 @@ from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning
 from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOptions
-from sysmetrics.reader import Reader
+from sysmetrics.reader import Reader, Snapshot
 from sysmetrics.sinks.jsonl import JsonlSink
 from sysmetrics.steptime import StepClock
 from sysmetrics.training_session import TrainingSession
+
+if TYPE_CHECKING:
+    from sysmetrics.findings import Finding
 
 RUN_FILE = "system_metrics.jsonl"  # the run file's name in the run's log directory
 RUN_FILE_NODE = "system_metrics.node{node}.jsonl"  # the same, one per node on several nodes
@@ -147,6 +151,24 @@ def _check_unknown(owner: str, options: Mapping[str, object]) -> None:
     )
 
 
+@dataclass(frozen=True)
+class RunSummary:
+    """What a callback's latest training run measured: ``callback.summary()`` after it.
+
+    Attributes:
+        whole: the whole run, one window from its first sample to its last: each gauge's
+            mean over the run, each counter's latest value, each memory gauge's peak in
+            ``<key>.max`` (keys and units as the loggers have them, un-prefixed). A
+            :class:`~sysmetrics.reader.Snapshot`: ``whole.measured[key]`` is when each
+            value was last measured, ``whole.time`` the last sample.
+        last: the last window a logging point read (what the loggers got last).
+
+    """
+
+    whole: Snapshot
+    last: dict[str, float]
+
+
 class CallbackCore:
     """Options and monitor lifecycle common to every framework callback.
 
@@ -221,6 +243,7 @@ class CallbackCore:
         self._produced: set[str] = set()  # every name ``named()`` has given out
         # console=True: the console's short keys (``console_view``), as of the latest window
         self.shown: dict[str, float] = {}
+        self.last_window: dict[str, float] = {}  # the latest non-empty window read
         self._lock = threading.Lock()
         self.run: TrainingSession | None = None  # the current (or latest) run
         # The framework's hooks mark the steps on it (training thread); a new one each
@@ -363,6 +386,7 @@ class CallbackCore:
                 return
             run.reader = monitor.reader()
         run.monitor = monitor
+        run.whole = monitor.reader()  # the whole run, for summary() at its end
         if step is not None:
             monitor.step = step
         # The step.* keys come from the hooks' marks; the run unsets it on a shared
@@ -436,9 +460,30 @@ class CallbackCore:
         if reader is None:
             return {}
         window = reader.snapshot(repeat)
-        if self.console and window:
-            self.shown.update(console_view(window, self._passes))
+        if window:
+            self.last_window = window
+            if self.console:
+                self.shown.update(console_view(window, self._passes))
         return window
+
+    def summary(self) -> RunSummary | None:
+        """What the latest training run measured, once it has ended; None before.
+
+        None also where this process did not sample (not its node's local rank 0).
+        """
+        run = self.run
+        if run is None or run.summary is None or run.monitor is not None:
+            return None
+        return RunSummary(whole=run.summary, last=dict(self.last_window))
+
+    def findings(self) -> list[Finding]:
+        """The findings of the latest run's last evaluation (all rules, the whole run).
+
+        Empty while it runs, with ``live_findings=False``, and on a process that does not
+        tell them (only global rank 0 of a sampling node does).
+        """
+        run = self.run
+        return [] if run is None or run.monitor is not None else list(run.found)
 
     def _passes(self, key: str) -> bool:
         """Whether include/exclude let ``key`` through (to the loggers, so to the console)."""

@@ -66,13 +66,16 @@ import warnings
 from array import array
 from collections.abc import Callable, Mapping
 from types import FrameType
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from sysmetrics.descriptions import aggregation, split_node
 from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Sample
 from sysmetrics.runfile import Recording, Run
+
+if TYPE_CHECKING:
+    from sysmetrics.findings import Finding
 
 LIVE_EVERY = 30.0  # s between two evaluations of the rules
 LIVE_FIRST = 20.0  # s after the start before the first one
@@ -406,6 +409,7 @@ class LiveFindings:
         self._reader = monitor.reader(buffer=LIVE_BUFFER)
         self._store = _Store()
         self._said: set[Said] = set()
+        self.found: list[Finding] = []  # what the latest evaluation found, every rule
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one evaluation at a time (the thread, close())
         self._failed = False
@@ -494,6 +498,7 @@ class LiveFindings:
                 throttle.install()
             try:
                 found = findings.findings(self._store.run(self._header))
+                self.found = found
                 if throttle is not None:
                     throttle.deadline = math.inf
                 for f in found:

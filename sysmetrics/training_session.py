@@ -11,7 +11,7 @@ from typing import Any
 from sysmetrics import distributed
 from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
-from sysmetrics.reader import Reader
+from sysmetrics.reader import Reader, Snapshot
 from sysmetrics.sinks.jsonl import JsonlSink
 from sysmetrics.steptime import TotalsSource
 
@@ -37,6 +37,9 @@ class TrainingSession:
         self.step_timing: TotalsSource | None = None  # what this run set on the monitor
         self.cancel_watch: Callable[[], None] | None = None
         self.cleanup: Callable[[], None] | None = None
+        self.whole: Reader | None = None  # a reader of the whole run, read at its end
+        self.summary: Snapshot | None = None  # its window once the run ended
+        self.found: list[Any] = []  # the findings of the last evaluation, at the end
 
     def end(self, failed: bool = False) -> None:
         """The watch, the cleanup, then :meth:`close`; idempotent.
@@ -72,6 +75,11 @@ class TrainingSession:
         findings, self.findings = self.findings, None
         if findings is not None:
             findings.close()  # the rules once more, over the whole run
+            self.found = list(findings.found)
+        whole, self.whole = self.whole, None
+        if whole is not None:  # after the monitor's last sample
+            self.summary = whole.snapshot()
+            whole.close()
         for reader in readers:
             if reader is not None:
                 reader.close()

@@ -66,6 +66,21 @@ def test_epoch_metrics_fill_history_and_csv_whatever_the_position(tmp_path: Path
         assert float(r["loss"]) > 0
 
 
+def test_the_runs_numbers_are_at_hand_after_fit() -> None:
+    """Issue 35: after fit, the last window and the whole run as Python objects."""
+    x, y = data()
+    cb = SystemMetricsCallback(interval=0.05)
+    assert cb.summary() is None and cb.findings() == []
+    history = model().fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb])
+    summary = cb.summary()
+    assert summary is not None
+    assert summary.last["cpu"] == pytest.approx(history.history["system/cpu"][-1])
+    whole = summary.whole
+    assert whole["proc.memory.rssMB.max"] >= whole["proc.memory.rssMB"] > 0
+    assert 0.0 <= whole["cpu"] <= 100.0 and whole.age("cpu") == 0.0
+    assert isinstance(cb.findings(), list)
+
+
 def test_batch_level_logging_when_asked(tmp_path: Path) -> None:
     x, y = data()
     seen: list[dict[str, Any]] = []

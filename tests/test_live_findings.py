@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import subprocess
 import sys
 import threading
@@ -164,7 +166,7 @@ def test_failing_rules_stop_the_announcing_with_one_warning(
 
 
 LIGHTNING_JOB = """
-import logging, sys, time
+import json, logging, sys, time
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import CSVLogger
@@ -202,13 +204,20 @@ class End(pl.Callback):  # before sysmetrics' callback: says when training ended
     def on_train_end(self, trainer, module):
         logging.getLogger("lightning.pytorch").info("TRAINING ENDED")
 
+cb = SystemMetricsCallback(interval=0.1, live_findings=sys.argv[2] == "on")
 trainer = pl.Trainer(
     max_epochs=1, max_time={"seconds": 8}, accelerator="cpu", devices=1,
     logger=CSVLogger(sys.argv[1]), log_every_n_steps=10,
-    callbacks=[End(), SystemMetricsCallback(interval=0.1, live_findings=sys.argv[2] == "on")],
+    callbacks=[End(), cb],
     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
 )
+assert cb.summary() is None and cb.findings() == []  # nothing before the run
 trainer.fit(Model(), DataLoader(Slow(), batch_size=1))
+summary = cb.summary()  # at hand after fit, as a notebook would show it
+print("AFTER", json.dumps({
+    "rules": [f.rule for f in cb.findings()],
+    "whole": dict(summary.whole), "last": summary.last, "age": summary.whole.age("cpu"),
+}))
 """
 
 
@@ -229,6 +238,15 @@ def test_a_real_lightning_run_with_a_slow_dataset_is_told_input_bound_once(
     console = (done.stdout + done.stderr).splitlines()
     told = [line for line in console if line.startswith("sysmetrics: ")]
     ended = console.index("TRAINING ENDED")
+    # issue 35: the numbers at hand after fit, without reading files
+    (after,) = [json.loads(line[6:]) for line in console if line.startswith("AFTER ")]
+    whole, last = after["whole"], after["last"]
+    assert 0 < whole["step.dataWaitPercent"] <= 100 and whole["proc.memory.rssMB.max"] > 0
+    assert after["age"] == 0.0  # the whole run's cpu, measured at its last sample
+    (csv_file,) = tmp_path.glob("lightning_logs/version_0/metrics.csv")
+    rows = [r for r in csv.DictReader(csv_file.open()) if r.get("system/cpu")]
+    assert float(rows[-1]["system/cpu"]) == pytest.approx(last["cpu"])  # the last point
+    assert ("input-bound" in after["rules"]) == (live == "on")  # none with live off
     if live == "off":
         assert told == []
         return

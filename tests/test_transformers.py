@@ -108,6 +108,19 @@ def history_steps(trainer: Trainer, key: str) -> list[int]:
     return [h["step"] for h in trainer.state.log_history if key in h]
 
 
+def test_the_runs_numbers_are_at_hand_after_train(tmp_path: Path) -> None:
+    """Issue 35: after train(), the last window and the whole run as Python objects."""
+    cb = SystemMetricsCallback(interval=0.02)
+    assert cb.summary() is None
+    trainer = train(tmp_path, cb)
+    summary = cb.summary()
+    assert summary is not None
+    logged = [h for h in trainer.state.log_history if "system/cpu" in h]
+    assert summary.last["cpu"] == pytest.approx(logged[-1]["system/cpu"])
+    assert summary.whole["proc.memory.rssMB.max"] >= summary.whole["proc.memory.rssMB"] > 0
+    assert all(f.rule and f.sentence for f in cb.findings())
+
+
 def test_step_metrics_reach_tensorboard_and_log_history(tmp_path: Path) -> None:
     trainer = train(tmp_path, SystemMetricsCallback(interval=0.02), eval_steps=6,
                     **{EVAL_STRATEGY: "steps"})  # fmt: skip
