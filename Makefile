@@ -55,7 +55,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # The documentation site (mkdocs.yml, docs/), in its own environment; its reference pages
-# are generated from the code's declarations (docs/hooks.py, sysmetrics/_docs.py).
+# are generated from the code's declarations (docs_hooks/hooks.py, sysmetrics/_docs.py; outside docs/, so not published).
 DOCS_VENV ?= .venv-docs
 $(DOCS_VENV)/.installed: pyproject.toml constraints.txt constraints-torch.txt
 	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)

@@ -1,6 +1,7 @@
 """The documentation site's reference pages, generated from the declarations.
 
-``docs/hooks.py`` (an MkDocs hook, run at every ``mkdocs build``) replaces each marker
+``docs_hooks/hooks.py`` (an MkDocs hook, run at every ``mkdocs build``; outside ``docs/``
+so that it is not published) replaces each marker
 ``<!-- generated: NAME -->`` in a page with :func:`generate` ``(NAME)``, so the metrics,
 options and Prometheus tables are never written by hand and cannot drift from the code:
 
@@ -12,7 +13,9 @@ options and Prometheus tables are never written by hand and cannot drift from th
 - ``findings``: every rule of the findings' registry
   (:data:`sysmetrics.findings.registry.REGISTRY`): code, summary, scope, said live or
   not, its thresholds with their units and constants, how it decides, and an example
-  sentence, the rule's own on its ``fires`` example run.
+  sentence, the rule's own on its ``fires`` example run;
+- ``cli``: the ``--help`` of ``sysmetrics`` and of each of its commands, from the
+  command line's own parser (:mod:`sysmetrics.cli`).
 
 ``python -m sysmetrics._docs NAME`` prints one of them.
 """
@@ -115,7 +118,39 @@ def findings_table() -> str:
     return "\n".join(rows) + "\n\n" + "\n".join(details) + "\n"
 
 
+HELP_COLUMNS = 88  # the width the CLI reference's help texts are wrapped at
+
+
+def cli_help() -> str:
+    """The CLI reference: ``sysmetrics --help``, then each command's, as the parser prints them."""
+    import argparse
+    import os
+
+    from sysmetrics import cli
+
+    parser = cli._parser()[0]
+    commands = [
+        action for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+    ]
+    helps = [("sysmetrics --help", parser)]
+    for action in commands:
+        helps += [(f"sysmetrics {name} --help", sub) for name, sub in action.choices.items()]
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(HELP_COLUMNS)  # argparse wraps at the terminal's width
+    try:
+        parts = [
+            f"## `{title}`\n\n```text\n{p.format_help().rstrip()}\n```\n" for title, p in helps
+        ]
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
+    return "\n".join(parts)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "cli": cli_help,
     "findings": findings_table,
     "metrics": metrics_table,
     "options": options_table,
@@ -134,7 +169,7 @@ def render(markdown: str) -> str:
 
 
 def generate(name: str) -> str:
-    """One generated table, by name (``findings``, ``metrics``, ``options``, ``prometheus``)."""
+    """One generated table, by name (a key of :data:`GENERATORS`)."""
     return GENERATORS[name]()
 
 

@@ -230,3 +230,57 @@ def test_readme_is_a_front_page() -> None:
     assert len(lines) <= 200, len(lines)
     for link in re.findall(r"\]\((docs/[^)#]+)", "\n".join(lines)):
         assert (ROOT / link).is_file(), link
+
+
+# --- the site's structure: API names, the CLI reference, build helpers ------------------
+
+
+def test_api_reference_names_exist() -> None:
+    """Each ``::: name`` of the API page names an object of the package (mkdocstrings)."""
+    names = re.findall(r"^::: ([\w.]+)$", (ROOT / "docs" / "api.md").read_text(), re.MULTILINE)
+    assert len(names) >= 20, names
+    for name in names:
+        module, _, attr = name.rpartition(".")
+        spec = importlib.util.find_spec(module)  # imports its parents only, not a framework
+        assert spec is not None and spec.origin, name
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+        defined = set()
+        for node in tree.body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.ImportFrom):
+                defined |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defined |= {n.id for n in targets if isinstance(n, ast.Name)}
+        assert attr in defined, name
+
+
+def test_cli_reference_has_every_command() -> None:
+    """The generated CLI reference has the help of every command the parser has."""
+    import argparse
+
+    from sysmetrics import cli
+
+    text = _docs.generate("cli")
+    parser = cli._parser()[0]
+    commands = [
+        name
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name in action.choices
+    ]
+    assert {"record", "report"} <= set(commands), commands
+    for name in commands:
+        assert f"## `sysmetrics {name} --help`" in text, name
+    assert "--prometheus-port PORT" in text
+
+
+def test_build_helpers_are_not_published() -> None:
+    """No Python file sits in docs/ (it would be published); mkdocs.yml's hooks exist."""
+    assert not list((ROOT / "docs").rglob("*.py"))
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    hooks = re.findall(r"^hooks:\n((?:  - .*\n)+)", config, re.MULTILINE)
+    assert hooks, "mkdocs.yml has no hooks"
+    for entry in re.findall(r"^  - (\S+)", hooks[0], re.MULTILINE):
+        assert (ROOT / entry).is_file() and not entry.startswith("docs/"), entry
