@@ -5,7 +5,7 @@ emits, with the columns that say where each value is read; the key's unit and ho
 monitor aggregates it are not written here but taken from its
 :class:`~sysmetrics.descriptions.Description` when the page is built
 (:func:`sysmetrics._docs.source_table`), so the page has one row per key and no second
-copy of what the descriptions say. ``tests/test_descriptions.py`` checks that every
+copy of what the descriptions say. ``tests/test_docs.py`` checks that every
 described family is in a table and every key of a table is described.
 """
 
