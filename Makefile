@@ -11,7 +11,7 @@ comma := ,
 EXTRAS ?= test,dev,lightning,transformers,keras
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo host-demo test versions pythons lint docs bench overhead gpu-check gpu-wheels clean
+.PHONY: demo host-demo test versions pythons lint docs screenshots bench overhead gpu-check gpu-wheels clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,7 +55,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # The documentation site (mkdocs.yml, docs/), in its own environment; its reference pages
-# are generated from the code's declarations (docs/hooks.py, sysmetrics/_docs.py).
+# are generated from the code's declarations (docs_hooks/hooks.py, sysmetrics/_docs.py; outside docs/, so not published).
 DOCS_VENV ?= .venv-docs
 $(DOCS_VENV)/.installed: pyproject.toml constraints.txt constraints-torch.txt
 	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
@@ -64,6 +64,13 @@ $(DOCS_VENV)/.installed: pyproject.toml constraints.txt constraints-torch.txt
 
 docs: $(DOCS_VENV)/.installed
 	$(DOCS_VENV)/bin/mkdocs build --strict
+
+# Every picture of the README and docs remade from real runs (scripts/screenshots.py): a
+# recording of examples/plain_loop.py, its report page in headless Chromium, its findings
+# text beside it (tests/test_docs.py checks it against today's rules), TensorBoard of the
+# demo. Without Chromium the browser pictures are skipped with the reason.
+screenshots: $(STAMP)
+	$(BIN)/python scripts/screenshots.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/host_sample.py

@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,6 +208,55 @@ def test_generated_tables_list_every_declaration() -> None:
     assert 'fires.jsonl` it says: "The job kept its 4 CPUs 97 % busy' in rules
 
 
+def test_metrics_page_has_no_hand_written_key_table() -> None:
+    """Every key table of the Metrics page is generated: no key row is kept by hand."""
+    page = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    by_hand = [line for line in page.splitlines() if line.startswith("| key |")]
+    assert by_hand == [], by_hand
+    from sysmetrics.key_sources import TABLES
+
+    for table in TABLES:
+        assert f"<!-- generated: metrics-{table.name} -->" in page, table.name
+
+
+def test_source_tables_cover_every_family_once_described() -> None:
+    """Each described family is in a source table; each key of a table is described."""
+    from sysmetrics.descriptions import DESCRIPTIONS, describe
+    from sysmetrics.key_sources import TABLES
+
+    families = {d.key for d in DESCRIPTIONS}
+    listed = set()
+    for table in TABLES:
+        for row in table.rows:
+            for key in row.keys:
+                if key.endswith(".*"):  # "the keys above", for each ...
+                    under = {f for f in families if f.startswith(key[:-1])}
+                    assert under, key
+                    listed |= under
+                    continue
+                found = key if key in families else (describe(key) or [None])[0]
+                assert found is not None, f"{table.name}: {key} has no description"
+                listed.add(key if key in families else found.key)  # type: ignore[union-attr]
+    assert families - listed == set(), "families no source table lists"
+    rendered = _docs.generate("metrics-host")
+    assert "| `cpu` | % of the CPUs available to the process" in rendered
+    assert "| `disk.in` | MiB read from whole disks" in rendered and "| latest |" in rendered
+    steps = _docs.generate("metrics-steps")
+    assert "| mean over the steps |" in steps and "| mean over the seconds |" in steps
+
+
+def test_source_tables_aggregate_as_the_collectors_do() -> None:
+    """A row that overrides its families' aggregation says what its collector does."""
+    from sysmetrics.collectors.ipu import IPUCollector
+    from sysmetrics.key_sources import IPU
+
+    collector = object.__new__(IPUCollector)  # aggregation() reads no state
+    for row in IPU.rows:
+        key = row.keys[0].replace("{device_id}", "0")
+        assert row.aggregation == {"last": "latest"}.get(collector.aggregation(key)), row.keys
+        assert _docs.generate("metrics-ipu").count("| latest |") == len(IPU.rows)
+
+
 def test_readme_tested_versions_are_the_pinned_ones() -> None:
     """The README's "latest tested" versions are what constraints.txt installs."""
     pins = {}
@@ -230,3 +280,105 @@ def test_readme_is_a_front_page() -> None:
     assert len(lines) <= 200, len(lines)
     for link in re.findall(r"\]\((docs/[^)#]+)", "\n".join(lines)):
         assert (ROOT / link).is_file(), link
+
+
+# --- the site's structure: API names, the CLI reference, build helpers ------------------
+
+
+def test_api_reference_names_exist() -> None:
+    """Each ``::: name`` of the API page names an object of the package (mkdocstrings)."""
+    names = re.findall(r"^::: ([\w.]+)$", (ROOT / "docs" / "api.md").read_text(), re.MULTILINE)
+    assert len(names) >= 20, names
+    for name in names:
+        module, _, attr = name.rpartition(".")
+        spec = importlib.util.find_spec(module)  # imports its parents only, not a framework
+        assert spec is not None and spec.origin, name
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+        defined = set()
+        for node in tree.body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.ImportFrom):
+                defined |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defined |= {n.id for n in targets if isinstance(n, ast.Name)}
+        assert attr in defined, name
+
+
+def test_cli_reference_has_every_command() -> None:
+    """The generated CLI reference has the help of every command the parser has."""
+    import argparse
+
+    from sysmetrics import cli
+
+    text = _docs.generate("cli")
+    parser = cli._parser()[0]
+    commands = [
+        name
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name in action.choices
+    ]
+    assert {"record", "report"} <= set(commands), commands
+    for name in commands:
+        assert f"## `sysmetrics {name} --help`" in text, name
+    assert "--prometheus-port PORT" in text
+
+
+def test_build_helpers_are_not_published() -> None:
+    """No Python file sits in docs/ (it would be published); mkdocs.yml's hooks exist."""
+    assert not list((ROOT / "docs").rglob("*.py"))
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    hooks = re.findall(r"^hooks:\n((?:  - .*\n)+)", config, re.MULTILINE)
+    assert hooks, "mkdocs.yml has no hooks"
+    for entry in re.findall(r"^  - (\S+)", hooks[0], re.MULTILINE):
+        assert (ROOT / entry).is_file() and not entry.startswith("docs/"), entry
+
+
+# --- pictures: remade by scripts/screenshots.py, never stale -----------------------------
+
+
+def _screenshots() -> Any:
+    path = ROOT / "scripts" / "screenshots.py"
+    spec = importlib.util.spec_from_file_location("screenshots", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_report_picture_shows_todays_findings(tmp_path: Path) -> None:
+    """The README's report picture says what today's rules say of its stored recording.
+
+    ``docs/report-page.findings.txt`` is the findings text of ``docs/report-page.png``,
+    written with it by ``make screenshots``; a rule change that changes what the page
+    says of ``docs/report-page.jsonl`` fails here until the pictures are remade.
+    """
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "sysmetrics", "report", str(ROOT / "docs" / "report-page.jsonl"),
+         "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    today = _screenshots().findings_text(done.stdout)
+    shown = (ROOT / "docs" / "report-page.findings.txt").read_text(encoding="utf-8")
+    assert shown == today, "the report picture is stale: remake it with `make screenshots`"
+    assert not list(tmp_path.iterdir()), "report --json wrote files"
+
+
+def test_every_picture_is_remade_by_the_script() -> None:
+    """Each picture the README and the docs show is one that ``make screenshots`` writes."""
+    shown = {
+        Path(link).name
+        for page in PAGES
+        for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page.read_text(encoding="utf-8"))
+    }
+    assert {"report-page.png", "tensorboard.png"} <= shown, shown
+    script = (ROOT / "scripts" / "screenshots.py").read_text(encoding="utf-8")
+    written = set(re.findall(r'docs / "([\w.-]+\.png)"', script))
+    assert shown <= written, f"pictures no script remakes: {sorted(shown - written)}"

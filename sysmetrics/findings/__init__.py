@@ -14,7 +14,7 @@ Each rule is declared as data (:class:`Rule`: code, summary, scope, live or not,
 thresholds, its check, why it matters; :data:`REGISTRY`, in
 :mod:`~sysmetrics.findings.registry`), with a ``fires`` and a ``quiet`` example run in
 ``examples/<code>/``. The thresholds' defaults are module-level constants of the rule's
-module, all importable from here; ``docs/record-report.md`` ("Findings") has the table
+module, all importable from here; ``docs/findings.md`` has the table
 generated from the registry:
 
 - :mod:`~sysmetrics.findings.training`: ``input-bound``, ``stall``, ``slow-steps``, from

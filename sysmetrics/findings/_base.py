@@ -86,7 +86,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Rule(Generic[T]):
-    """A rule, declared as data (see ``docs/development.md``, "Writing a rule").
+    """A rule, declared as data (see ``docs/writing-a-rule.md``).
 
     ``code``: its id (each finding's ``rule``); ``summary``: what it says, one line;
     ``scope``: ``"node"`` (run on each node's samples) or ``"run"`` (across nodes, on the
