@@ -386,9 +386,9 @@ def test_importing_sinks_imports_no_optional_dependency() -> None:
 
 def test_missing_prometheus_client_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    with pytest.raises(ImportError, match=r"pip install 'sysmetrics\[prometheus\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'sysmetrics-train\[prometheus\]'"):
         _optional.prometheus_client()
-    with pytest.raises(ImportError, match=r"sysmetrics\[prometheus\]"):
+    with pytest.raises(ImportError, match=r"sysmetrics-train\[prometheus\]"):
         PrometheusExporter(Junk({}), port=0)
 
 

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 import sysmetrics
-from sysmetrics import stepfile
+from sysmetrics import _optional, stepfile
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -675,7 +675,7 @@ def test_a_bad_interval_reads_well(tmp_path: Path) -> None:
 def test_version() -> None:
     proc = run_record("--version")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == f"sysmetrics {importlib.metadata.version('sysmetrics')}\n"
+    assert proc.stdout == f"sysmetrics {importlib.metadata.version(_optional.DIST)}\n"
 
 
 def test_help_shows_the_defaults() -> None:

@@ -295,7 +295,7 @@ def test_default_output_is_beside_the_run_file(tmp_path: Path) -> None:
 
 def test_missing_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ImportError, match=r"pip install 'sysmetrics\[report\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'sysmetrics-train\[report\]'"):
         _optional.matplotlib_figure()
 
 
