@@ -231,6 +231,18 @@ def test_run_file_has_the_first_sample_the_loggers_got(tmp_path: Path) -> None:
     assert float(first["system/cpu"]) == pytest.approx(lines[0]["metrics"]["cpu"], rel=1e-9)
 
 
+def test_run_file_folders_are_made_at_train_start(tmp_path: Path) -> None:
+    """Regression (issue 33): ``run_file="out/run.jsonl"`` with no ``out/`` was a
+    ``ValueError`` at construction, while Lightning's own loggers make their folders."""
+    path = tmp_path / "out" / "deeper" / "run.jsonl"
+    callback = SystemMetricsCallback(interval=0.05, run_file=path)
+    assert not (tmp_path / "out").exists()  # made when training starts, not before
+    fit(tmp_path, callback)
+    records = [json.loads(x) for x in path.read_text().splitlines()]
+    assert "run" in records[0] and records[-1]["end"]["status"] == "finished"
+    assert run_file_lines(path)
+
+
 def test_run_file_says_whether_training_finished_or_failed(tmp_path: Path) -> None:
     good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
     fit(tmp_path / "a", SystemMetricsCallback(interval=0.05, run_file=good))
