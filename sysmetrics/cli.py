@@ -226,13 +226,20 @@ def _as_typed(exc: OptionError) -> str:
 
 
 def _unknown(extra: list[str], parser: argparse.ArgumentParser) -> str:
-    """``unrecognized arguments: ...``, with the closest flag of ``parser`` for each."""
+    """``unrecognized arguments: ...``, with the flag of ``parser`` meant for each flag.
+
+    The flag meant is the closest by spelling (``--outptu``: ``--output``), else the
+    longest flag that the typed one starts with (``--xaxis``, ``--x-axis``: ``--x``).
+    """
     # Compared without their dashes, which every flag shares.
     flags = {f.lstrip("-"): f for action in parser._actions for f in action.option_strings}
     parts = []
     for arg in extra:
         typed = arg.partition("=")[0].lstrip("-")
         close = difflib.get_close_matches(typed, list(flags), n=1, cutoff=0.6)
+        if not close and arg.startswith("--") and typed:
+            longs = (f for f, flag in flags.items() if flag.startswith("--"))  # not -h, -o
+            close = sorted((f for f in longs if typed.startswith(f)), key=len)[-1:]
         parts.append(f"{arg} (did you mean {flags[close[0]]}?)" if close else arg)
     return "unrecognized arguments: " + " ".join(parts)
 
