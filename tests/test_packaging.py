@@ -136,3 +136,37 @@ def test_the_install_line_check_can_fail() -> None:
     assert _wrong(f"'{dist}[nope]'", dist, extras) == [f"{dist}[nope] (no extra 'nope')"]
     assert _wrong(f"'{dist}[report,prometheus]' jax", dist, extras) == []
     assert _wrong("--quiet -c constraints.txt -e '.[test,dev]'", dist, extras) == []
+
+
+# --- the front page and the top-level files (issue 33 items 3 and 7) ----------------------
+
+
+def test_the_readme_leads_with_what_a_user_does_first() -> None:
+    """Regression (issue 33): the README opened with ``make demo``/``make test``, the
+    contributor's setup, before a user's ``pip install``; they stay, named as such."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## (.+)$", text, re.MULTILINE)
+    assert headings[:3] == ["Install", "Callbacks", "`record` and `report`"], headings
+    contributing = text.index("## Contributing")
+    for command in ("make demo", "make test"):
+        assert re.search(rf"^{command} +#", text[contributing:], re.MULTILINE), command
+        assert not re.search(rf"^{command}\b", text[:contributing], re.MULTILINE), command
+    assert "contributor" in text[contributing:].split("```", 1)[0]
+
+
+def test_license_changelog_and_contributing_are_there() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name in ("LICENSE", "CHANGELOG.md", "CONTRIBUTING.md"):
+        assert (ROOT / name).is_file(), name
+        assert f"]({name})" in readme, name
+    license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert "END OF TERMS AND CONDITIONS" in license_text  # the full text, not a pointer
+    assert 'license = { text = "Apache-2.0" }' in (ROOT / "pyproject.toml").read_text()
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert version and f"## [{version.group(1)}]" in changelog
+    assert "## [Unreleased]" in changelog and "keepachangelog.com" in changelog
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    for command in ("make demo", "make test", "make lint", "make docs", "make wheel-check"):
+        assert command in contributing, command
