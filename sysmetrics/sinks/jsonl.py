@@ -102,8 +102,8 @@ class JsonlSink:
 
     Args:
         monitor: the monitor whose samples to write.
-        path: the run file; created if missing, appended to if it exists. Its directory
-            must exist.
+        path: the run file; created if missing (its missing folders too, as the
+            frameworks' loggers make theirs), appended to if it exists.
         buffer: samples kept for a writer that fell behind.
         command: the command recorded (``sysmetrics record``), for the ``run`` line.
         node: the node rank, for the ``run`` and ``end`` lines (0 by default).
@@ -111,7 +111,8 @@ class JsonlSink:
 
     Raises:
         TypeError, ValueError: ``monitor``, ``path`` or ``buffer`` is invalid.
-        OSError: the file cannot be opened for appending (the message names it).
+        OSError: the file cannot be opened for appending, nor its missing folders made
+            (the message names it).
 
     """
 
