@@ -170,3 +170,16 @@ def test_license_changelog_and_contributing_are_there() -> None:
     contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
     for command in ("make demo", "make test", "make lint", "make docs", "make wheel-check"):
         assert command in contributing, command
+
+
+def test_no_extra_is_named_on_another_distribution() -> None:
+    """``sysmetrics[lightning]`` anywhere (a docstring, a table) names PyPI's other project."""
+    files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "CONTRIBUTING.md"]
+    files += [*(ROOT / "sysmetrics").rglob("*.py"), *(ROOT / "integrations").glob("*.py")]
+    wrong = [
+        f"{p.relative_to(ROOT)}: {m.group(0)}"
+        for p in files
+        if p.exists()
+        for m in re.finditer(r"(?<![\w-])sysmetrics\[\w+", p.read_text(encoding="utf-8"))
+    ]
+    assert not wrong, wrong
