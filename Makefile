@@ -11,7 +11,7 @@ comma := ,
 EXTRAS ?= test,dev,lightning,transformers,keras
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo host-demo test versions pythons lint docs screenshots bench overhead gpu-check gpu-wheels clean
+.PHONY: demo host-demo test versions pythons lint docs screenshots bench overhead gpu-check gpu-wheels wheel-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -107,6 +107,11 @@ gpu-wheels:
 		--platform manylinux2014_x86_64 --platform any \
 		$$($(PYTHON) benchmarks/gpu_check.py --requirements)
 	@du -sh $(GPU_WHEELS); ls $(GPU_WHEELS) | wc -l
+
+# The wheel is what users get: build the sdist and wheel, install the wheel in a fresh venv
+# away from the checkout, import every module, record, report and deploy (.ci/wheel_check.py).
+wheel-check: $(STAMP)
+	$(BIN)/python .ci/wheel_check.py
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) $(DOCS_VENV) site .tox build *.egg-info .pytest_cache .mypy_cache .ruff_cache \

@@ -9,6 +9,15 @@ from typing import Any, Callable
 
 log = logging.getLogger("sysmetrics")
 
+# The distribution's name on PyPI (pyproject.toml's project.name): the import package is
+# `sysmetrics`, but PyPI's `sysmetrics` is another author's project (issue 33).
+DIST = "sysmetrics-train"
+
+
+def install(extra: str) -> str:
+    """The pip command that installs this distribution with ``extra``."""
+    return f"pip install '{DIST}[{extra}]'"
+
 
 def pynvml() -> ModuleType | None:
     """The NVML binding (``nvidia-ml-py``), or None where it cannot be imported."""
@@ -30,7 +39,7 @@ def prometheus_parser() -> Any:
         from prometheus_client.parser import text_string_to_metric_families
     except ImportError as exc:
         raise ImportError(
-            "open_metrics needs prometheus-client: pip install 'sysmetrics[openmetrics]'"
+            f"open_metrics needs prometheus-client: {install('openmetrics')}"
         ) from exc
     return text_string_to_metric_families
 
@@ -46,7 +55,7 @@ def prometheus_client() -> ModuleType:
         return importlib.import_module("prometheus_client")
     except ImportError as exc:
         raise ImportError(
-            "the Prometheus endpoint needs prometheus-client: pip install 'sysmetrics[prometheus]'"
+            f"the Prometheus endpoint needs prometheus-client: {install('prometheus')}"
         ) from exc
 
 
@@ -69,9 +78,7 @@ def matplotlib_figure() -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
-        raise ImportError(
-            "the report's figures need matplotlib: pip install 'sysmetrics[report]'"
-        ) from exc
+        raise ImportError(f"the report's figures need matplotlib: {install('report')}") from exc
     return Figure
 
 

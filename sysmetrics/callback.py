@@ -28,7 +28,7 @@ from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOptions
 from sysmetrics.reader import Reader, Snapshot
-from sysmetrics.sinks.jsonl import JsonlSink
+from sysmetrics.sinks.jsonl import JsonlSink, nearest_existing
 from sysmetrics.steptime import StepClock
 from sysmetrics.training_session import TrainingSession
 
@@ -128,8 +128,13 @@ def check_run_file(
             f"it is a directory; name the run file in it, such as {os.path.join(path, RUN_FILE)!r}",
         )
     directory = os.path.dirname(os.path.abspath(path))
-    if problem is None and not os.path.isdir(directory):
-        problem = OptionError("run_file", value, f"its directory {directory!r} does not exist")
+    existing = nearest_existing(directory)  # missing folders are made at train start
+    if problem is None and not os.path.isdir(existing):
+        problem = OptionError(
+            "run_file",
+            value,
+            f"its directory {directory!r} cannot be made: {existing!r} is not a directory",
+        )
     if problem is None:
         return path
     if elsewhere is None:
@@ -406,9 +411,7 @@ class CallbackCore:
             name = RUN_FILE_NODE.format(node=layout.node) if layout.multi_node else RUN_FILE
             path = os.path.join(run_dir or ".", name)
         if path:
-            try:
-                if run_dir is not None:
-                    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            try:  # its missing folders are made, as the loggers make theirs
                 run.sink = JsonlSink(monitor, path, node=layout.node, multi_node=layout.multi_node)
             except OSError as exc:
                 warnings.warn(

@@ -1,4 +1,4 @@
-"""The command line: ``sysmetrics record [options] -- COMMAND ...`` and ``sysmetrics report``.
+"""The command line: ``sysmetrics record [options] -- COMMAND ...``, ``report`` and ``deploy``.
 
 ``record`` runs COMMAND, watches its process tree with a :class:`SystemMonitor` and writes
 the samples to a run file (:class:`~sysmetrics.sinks.jsonl.JsonlSink`), stamped with the
@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sysmetrics import report, runfile, stepfile
+from sysmetrics import deploy_files, report, runfile, stepfile
 from sysmetrics._child import (
     _ending,
     _has_terminal,
@@ -47,7 +47,7 @@ from sysmetrics.live_line import LiveView
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import OPTIONS
 from sysmetrics.options import check as check_options
-from sysmetrics.sinks.jsonl import JsonlSink
+from sysmetrics.sinks.jsonl import JsonlSink, make_folders
 from sysmetrics.stepfile import _StepReader
 
 if TYPE_CHECKING:
@@ -111,7 +111,46 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "stderr, as the option live_findings of the callbacks)",
     )
     rec.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
-    return parser, {"record": rec, "report": report.add_parser(subs)}
+    subparsers = {"record": rec, "report": report.add_parser(subs), "deploy": _deploy_parser(subs)}
+    return parser, subparsers
+
+
+def _deploy_parser(subs: Any) -> argparse.ArgumentParser:
+    """``sysmetrics deploy grafana|prometheus-rules [DIR]``: the shipped files, written out."""
+    dep: argparse.ArgumentParser = subs.add_parser(
+        "deploy",
+        help="write the Grafana dashboard or the Prometheus alerting rules to a folder",
+        description="Write the Grafana dashboard (grafana: sysmetrics-dashboard.json) or the "
+        "Prometheus alerting rules and their promtool unit tests (prometheus-rules: "
+        "sysmetrics-rules.yml, sysmetrics-rules.test.yml) that ship with sysmetrics into DIR, "
+        "and print the paths written.",
+    )
+    dep.add_argument("target", choices=list(deploy_files.TARGETS), help="what to write")
+    dep.add_argument(
+        "directory",
+        nargs="?",
+        default=".",
+        metavar="DIR",
+        help="the folder to write into, created where missing (default: the current folder)",
+    )
+    dep.add_argument(
+        "--force", action="store_true", help="replace files there that differ from the shipped ones"
+    )
+    return dep
+
+
+def deploy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Write the shipped files of ``args.target`` into ``args.directory``; print their paths."""
+    try:
+        written = deploy_files.write(args.target, args.directory, force=args.force)
+    except ValueError as exc:
+        parser.error(str(exc))
+    except OSError as exc:
+        where = exc.filename if exc.filename is not None else args.directory
+        parser.error(f"argument DIR: cannot write {str(where)!r}: {exc.strerror or exc}")
+    for path in written:
+        print(path)
+    return 0
 
 
 class _Proxy:
@@ -187,13 +226,20 @@ def _as_typed(exc: OptionError) -> str:
 
 
 def _unknown(extra: list[str], parser: argparse.ArgumentParser) -> str:
-    """``unrecognized arguments: ...``, with the closest flag of ``parser`` for each."""
+    """``unrecognized arguments: ...``, with the flag of ``parser`` meant for each flag.
+
+    The flag meant is the closest by spelling (``--outptu``: ``--output``), else the
+    longest flag that the typed one starts with (``--xaxis``, ``--x-axis``: ``--x``).
+    """
     # Compared without their dashes, which every flag shares.
     flags = {f.lstrip("-"): f for action in parser._actions for f in action.option_strings}
     parts = []
     for arg in extra:
         typed = arg.partition("=")[0].lstrip("-")
         close = difflib.get_close_matches(typed, list(flags), n=1, cutoff=0.6)
+        if not close and arg.startswith("--") and typed:
+            longs = (f for f, flag in flags.items() if flag.startswith("--"))  # not -h, -o
+            close = sorted((f for f in longs if typed.startswith(f)), key=len)[-1:]
         parts.append(f"{arg} (did you mean {flags[close[0]]}?)" if close else arg)
     return "unrecognized arguments: " + " ".join(parts)
 
@@ -271,7 +317,7 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     # The exporter before the run file: no file is left behind when it cannot start.
     exporter = _exporter(proxy, args.prometheus_port, args.prometheus_run, parser)
     try:
-        made = _run_file(args.output)
+        made, folders = _run_file(args.output)
     except OSError as exc:
         if exporter is not None:
             exporter.close()
@@ -308,11 +354,11 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             setup = None if shared else _own_group()
             children.append(subprocess.Popen(command, env=env, preexec_fn=setup))
         except FileNotFoundError:
-            _unmake(args.output, made)
+            _unmake(args.output, made, folders)
             print(f"{parser.prog}: {command[0]}: command not found", file=sys.stderr)
             return 127
         except OSError as exc:  # as a shell: not executable, no shebang (ENOEXEC), ...
-            _unmake(args.output, made)
+            _unmake(args.output, made, folders)
             print(f"{parser.prog}: {command[0]}: {exc.strerror or exc}", file=sys.stderr)
             return 126
         if made is None:
@@ -326,7 +372,7 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             except (TypeError, ValueError, ImportError, OSError) as exc:
                 child.kill()
                 child.wait()
-                _unmake(args.output, made)
+                _unmake(args.output, made, folders)
                 parser.error(_flag_error(exc))
             try:
                 _watch(child, monitor, command, args, step_file, proxy)
@@ -351,35 +397,45 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run_file(path: str) -> os.stat_result | None:
+def _run_file(path: str) -> tuple[os.stat_result | None, list[str]]:
     """Check that the run file ``path`` can be written, before the command starts.
 
-    Returns the new file's status where this made it (empty: :func:`_unmake` removes it
-    if the command cannot start), None where it existed (it is appended to).
+    Its missing folders are made, as the frameworks' loggers make theirs. Returns the new
+    file's status where this made it (empty: :func:`_unmake` removes it if the command
+    cannot start), None where it existed (it is appended to); and the folders made.
 
     Raises:
-        OSError: it cannot be opened for writing, nor created.
+        OSError: it cannot be opened for writing, nor created (nor its folders).
 
     """
+    folders = make_folders(path)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except FileExistsError:
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
-        return None
+        return None, folders
+    except OSError:
+        _unmake(path, None, folders)
+        raise
     try:
-        return os.fstat(fd)
+        return os.fstat(fd), folders
     finally:
         os.close(fd)
 
 
-def _unmake(path: str, made: os.stat_result | None) -> None:
-    """Remove the run file :func:`_run_file` made, if it is still that empty file."""
-    if made is None:
-        return
-    with contextlib.suppress(OSError):
-        st = os.stat(path)
-        if (st.st_dev, st.st_ino, st.st_size) == (made.st_dev, made.st_ino, 0):
-            os.unlink(path)
+def _unmake(path: str, made: os.stat_result | None, folders: Sequence[str] = ()) -> None:
+    """Remove what :func:`_run_file` made: the file if it is still empty, then the folders.
+
+    A folder is removed only where it is empty.
+    """
+    if made is not None:
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            if (st.st_dev, st.st_ino, st.st_size) == (made.st_dev, made.st_ino, 0):
+                os.unlink(path)
+    for folder in reversed(folders):
+        with contextlib.suppress(OSError):  # not empty: something else wrote there
+            os.rmdir(folder)
 
 
 def _exporter(
@@ -493,4 +549,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             sub.error(_unknown(extra, sub))
         if args.subcommand == "report":
             return report.report_command(args, subparsers["report"])
+        if args.subcommand == "deploy":
+            return deploy(args, subparsers["deploy"])
         return record(args, subparsers["record"])

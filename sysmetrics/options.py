@@ -338,8 +338,9 @@ OPTIONS: tuple[Option, ...] = (
         "run_file",
         None,
         check_by_callback,
-        "also write every sample, with the training step, to this JSON-lines file; True "
-        "for system_metrics.jsonl in the run's log directory",
+        "also write every sample, with the training step, to this JSON-lines file (its "
+        "missing folders made at train start); True for system_metrics.jsonl in the run's "
+        "log directory",
         scope="callback",
         aliases=("jsonl", "log_file"),
     ),

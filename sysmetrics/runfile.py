@@ -88,9 +88,9 @@ _NAN = math.nan
 
 
 def version() -> str:
-    """The installed sysmetrics distribution's version, or ``unknown``."""
+    """The installed distribution's version (``_optional.DIST``), or ``unknown``."""
     try:
-        return importlib.metadata.version("sysmetrics")
+        return importlib.metadata.version(_optional.DIST)
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
 

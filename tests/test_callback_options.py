@@ -78,7 +78,11 @@ def test_a_mistyped_option_gets_a_hint_from_every_option(
         ({"monitor": 5}, TypeError, r"monitor=5 is invalid: use a sysmetrics.SystemMonitor"),
         ({"run_file": 3}, TypeError, r"run_file=3 is invalid: use a path for the JSON-lines"),
         ({"run_file": "/"}, ValueError, r"run_file='/' is invalid: it is a directory"),
-        ({"run_file": "/nope/r.jsonl"}, ValueError, r"its directory '/nope' does not exist"),
+        (
+            {"run_file": "/dev/null/r.jsonl"},
+            ValueError,
+            r"its directory '/dev/null' cannot be made: '/dev/null' is not a directory",
+        ),
     ],
 )
 def test_bad_values_name_the_option_and_what_is_allowed(
@@ -134,13 +138,15 @@ def test_a_machine_setting_that_does_not_hold_here_is_a_warning_in_a_distributed
     monkeypatch.setenv(env, value)
     here, gone = str(tmp_path), str(tmp_path / "gone")
     with pytest.warns(SystemMetricsWarning) as caught:
-        cb = callback_cls(disk_paths=[here, gone], run_file=tmp_path / "gone" / "run.jsonl",
+        (tmp_path / "afile").write_text("")  # a run file folder that cannot be made
+        cb = callback_cls(disk_paths=[here, gone], run_file=tmp_path / "afile" / "run.jsonl",
                           gpu_ids=[0])  # fmt: skip  # no NVIDIA GPU on this machine
     texts = sorted(str(w.message) for w in caught if w.category is SystemMetricsWarning)
     assert len(texts) == 3, texts
     assert texts[0].startswith(f"sysmetrics: disk_paths contains {gone!r}, which does not exist")
     assert texts[1].startswith("sysmetrics: gpu_ids=[0] cannot be watched")
-    assert f"its directory {gone!r} does not exist here" in texts[2]
+    afile = str(tmp_path / "afile")
+    assert f"its directory {afile!r} cannot be made: {afile!r} is not a directory here" in texts[2]
     assert all("this machine leaves it out (the other ranks keep it)" in t for t in texts)
     assert caught[0].filename == __file__  # the warning points at the user's line
     assert cb.core.monitor_options["disk_paths"] == [here]

@@ -1,4 +1,4 @@
-"""The shipped Grafana dashboard and Prometheus alerting rules (``deploy/``).
+"""The shipped Grafana dashboard and Prometheus alerting rules (``sysmetrics/deploy/``).
 
 Every query of the dashboard and every alert expression runs in a real Prometheus
 (Debian's package, as in ``tests/test_prometheus_sink.py``) scraping a real exporter while
@@ -24,14 +24,15 @@ from typing import Any
 
 import pytest
 
+from sysmetrics import deploy_files
 from sysmetrics.descriptions import DESCRIPTIONS
 from sysmetrics.sinks.prometheus import PREFIX, STEP_NAME
 from tests import debian
 
 ROOT = Path(__file__).resolve().parent.parent
-DASHBOARD = ROOT / "deploy" / "grafana" / "sysmetrics-dashboard.json"
-RULES = ROOT / "deploy" / "prometheus" / "sysmetrics-rules.yml"
-RULES_TEST = ROOT / "deploy" / "prometheus" / "sysmetrics-rules.test.yml"
+DASHBOARD = deploy_files.path("grafana/sysmetrics-dashboard.json")
+RULES = deploy_files.path("prometheus/sysmetrics-rules.yml")
+RULES_TEST = deploy_files.path("prometheus/sysmetrics-rules.test.yml")
 EXPORTED = {PREFIX + d.prometheus for d in DESCRIPTIONS if d.prometheus} | {STEP_NAME}
 METRIC = re.compile(r"\bsysmetrics_[a-z0-9_]+\b")
 RATE = "10s"  # $__rate_interval in the tests: ten scrapes at the test server's 1 s

@@ -158,14 +158,31 @@ def test_a_failing_write_stops_the_sink_with_one_warning(tmp_path: Path) -> None
     )
 
 
+def test_missing_folders_are_made_as_the_loggers_make_theirs(tmp_path: Path) -> None:
+    """Regression (issue 33): a run file in a folder that did not exist yet was a
+    FileNotFoundError, while the frameworks' loggers make their folders."""
+    path = tmp_path / "no-such-dir" / "deeper" / "run.jsonl"
+    c = ScriptedCollector({"x": 1.0})
+    m = SystemMonitor(interval=0.02, collectors=[c]).start()
+    try:
+        sink = JsonlSink(m, path)
+    finally:
+        c.release()
+        m.stop()
+    sink.close()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "run" in records[0] and "end" in records[-1]
+
+
 def test_bad_arguments_are_clear_errors(tmp_path: Path) -> None:
     m = SystemMonitor(collectors=[ScriptedCollector({"x": 1.0})])
     with pytest.raises(TypeError, match="monitor=None is invalid"):
         JsonlSink(None, tmp_path / "x")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="path=3 is invalid"):
         JsonlSink(m, 3)  # type: ignore[arg-type]
-    with pytest.raises(FileNotFoundError, match="no-such-dir"):
-        JsonlSink(m, tmp_path / "no-such-dir" / "run.jsonl")
+    (tmp_path / "afile").write_text("")  # a folder that cannot be made (issue 33)
+    with pytest.raises(NotADirectoryError, match="afile"):
+        JsonlSink(m, tmp_path / "afile" / "no-such-dir" / "run.jsonl")
     stopped = SystemMonitor(collectors=[ScriptedCollector({"x": 1.0})])
     stopped.stop()
     with pytest.raises(ValueError, match="monitor is a stopped SystemMonitor"):

@@ -232,6 +232,18 @@ def test_run_file_has_the_first_sample_the_loggers_got(tmp_path: Path) -> None:
     assert float(first["system/cpu"]) == pytest.approx(lines[0]["metrics"]["cpu"], rel=1e-9)
 
 
+def test_run_file_folders_are_made_at_train_start(tmp_path: Path) -> None:
+    """Regression (issue 33): ``run_file="out/run.jsonl"`` with no ``out/`` was a
+    ``ValueError`` at construction, while Lightning's own loggers make their folders."""
+    path = tmp_path / "out" / "deeper" / "run.jsonl"
+    callback = SystemMetricsCallback(interval=0.05, run_file=path)
+    assert not (tmp_path / "out").exists()  # made when training starts, not before
+    fit(tmp_path, callback)
+    records = [json.loads(x) for x in path.read_text().splitlines()]
+    assert "run" in records[0] and records[-1]["end"]["status"] == "finished"
+    assert run_file_lines(path)
+
+
 def test_run_file_says_whether_training_finished_or_failed(tmp_path: Path) -> None:
     good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
     fit(tmp_path / "a", SystemMetricsCallback(interval=0.05, run_file=good))
@@ -284,6 +296,33 @@ def test_a_callback_and_an_exporter_share_one_sampler(tmp_path: Path) -> None:
     assert scrapes.samplers == 1  # one sampling thread for the callback and the exporter
     assert "sysmetrics_process_memory_rss_bytes{" in scrapes.page
     assert steps_with(csv_rows(tmp_path), "system/cpu") == [3, 7, 11, 15]
+
+
+def test_the_step_series_ends_with_training_while_the_process_stays_up(tmp_path: Path) -> None:
+    """What docs/prometheus.md says of a process that stays up after training: the step
+    series (and the step.* ones) are served while training runs and are gone once it ends,
+    so TrainingStalled (``rate(sysmetrics_training_step[5m]) == 0``) has nothing to fire on;
+    the shared monitor's other series go on."""
+    pytest.importorskip("prometheus_client", reason="needs the [prometheus] extra")
+    from sysmetrics.sinks import PrometheusExporter
+
+    with SystemMonitor(interval=0.02) as monitor, PrometheusExporter(monitor, port=0) as ex:
+        scrapes = Scrapes(ex.url)
+        fit(tmp_path, SystemMetricsCallback(monitor=monitor, log_every_n_steps=4),
+            callbacks=[scrapes])  # fmt: skip
+        reader = monitor.reader(buffer=4)
+        try:
+            assert reader.wait(10)  # a sample taken after training
+            reader.samples()
+            assert reader.wait(10)  # and the next: the one the scrape reads is from after
+            with urllib.request.urlopen(ex.url, timeout=10) as response:
+                after = response.read().decode()
+        finally:
+            reader.close()
+        assert monitor.running
+    assert "sysmetrics_training_step{" in scrapes.page  # during training
+    assert "sysmetrics_process_memory_rss_bytes{" in after  # the process is still served
+    assert "sysmetrics_training_" not in after  # the step and the step.* keys: gone
 
 
 class RecordingCallback(SystemMetricsCallback):

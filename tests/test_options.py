@@ -199,7 +199,7 @@ BAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("monitor", {"monitor": _stopped_monitor}),
     ("run_file", {"run_file": 5}),
     ("run_file", {"run_file": "/"}),
-    ("run_file", {"run_file": "/no/such/dir/r.jsonl"}),
+    ("run_file", {"run_file": "/dev/null/r.jsonl"}),  # a folder that cannot be made
 ]
 """Bad values of every option (``open_metrics_headers``: checked by Python's ``dict()``)."""
 

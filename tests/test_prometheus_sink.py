@@ -386,9 +386,9 @@ def test_importing_sinks_imports_no_optional_dependency() -> None:
 
 def test_missing_prometheus_client_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    with pytest.raises(ImportError, match=r"pip install 'sysmetrics\[prometheus\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'sysmetrics-train\[prometheus\]'"):
         _optional.prometheus_client()
-    with pytest.raises(ImportError, match=r"sysmetrics\[prometheus\]"):
+    with pytest.raises(ImportError, match=r"sysmetrics-train\[prometheus\]"):
         PrometheusExporter(Junk({}), port=0)
 
 
@@ -699,6 +699,43 @@ def test_record_serves_the_step_and_the_run(tmp_path: Path) -> None:
             seen.append(value)
             time.sleep(0.5)
         assert 1 <= seen[0] < seen[1]  # moving
+    finally:
+        done.touch()
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
+
+
+def test_under_record_the_step_holds_while_the_command_stays_up(tmp_path: Path) -> None:
+    """What docs/prometheus.md says of ``sysmetrics record``: the step is the command's last
+    ``sysmetrics.step(n)`` for as long as the command runs, so a command that stays up
+    after its loop keeps serving it unchanged (and TrainingStalled fires after 10 minutes);
+    the callbacks clear it when training ends (tests/test_lightning.py)."""
+    done = tmp_path / "done"
+    loop = (
+        "import os, time, sysmetrics\n"
+        "for i in range(1, 6):\n"
+        "    sysmetrics.step(i)\n"
+        "    time.sleep(0.02)\n"
+        f"while not os.path.exists({str(done)!r}):\n"  # after training: up, no more steps
+        "    time.sleep(0.05)\n"
+    )
+    proc = record(
+        "--output", str(tmp_path / "r.jsonl"), "--interval", "0.1", "--prometheus-port", "0",
+        "--", sys.executable, "-c", loop,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        url = re.fullmatch(r"sysmetrics record: serving (\S+)\n", proc.stderr.readline())
+        assert url
+
+        def step() -> list[float]:
+            family = scrape(url[1]).get("sysmetrics_training_step")
+            return [s.value for s in family.samples] if family is not None else []
+
+        wait_for(lambda: step() == [5.0], timeout=30)  # the loop is over
+        time.sleep(0.5)  # five samples later
+        assert step() == [5.0]
+        assert proc.poll() is None  # the command is still up
     finally:
         done.touch()
         proc.communicate(timeout=60)

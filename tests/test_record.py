@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 import sysmetrics
-from sysmetrics import stepfile
+from sysmetrics import _optional, stepfile
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -404,6 +404,28 @@ def test_a_missing_command_exits_127_without_a_run_file(tmp_path: Path) -> None:
     assert run.read_text() == '{"earlier": 1}\n'
 
 
+def test_the_run_files_folders_are_made_as_the_loggers_make_theirs(tmp_path: Path) -> None:
+    """Regression (issue 33): ``--output out/x.jsonl`` with no ``out/`` exited 2 (``cannot
+    write 'out/x.jsonl': No such file or directory``), where the frameworks' loggers make
+    their folders; and a command that cannot start leaves no folder it made behind."""
+    command = ["--interval", "0.1", "--", sys.executable, "-c", "pass"]
+    made = run_record("record", "--output", "out/deeper/x.jsonl", *command, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "out" / "deeper" / "x.jsonl").read_text()
+    records = [json.loads(line) for line in text.splitlines()]
+    assert "run" in records[0] and records[-1]["end"]["exit_status"] == 0
+    gone = run_record("record", "--output", "new/sub/x.jsonl", "--", "no-such-command-sysmetrics",
+                      cwd=tmp_path)  # fmt: skip
+    assert gone.returncode == 127, gone.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # new/sub/ made and removed
+    (tmp_path / "afile").write_text("")
+    bad = run_record("record", "--output", "afile/x.jsonl", *command, cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "sysmetrics record: error: argument --output: cannot write 'afile/x.jsonl': " in (
+        bad.stderr
+    )
+
+
 def test_appending_to_an_existing_run_file_is_said(tmp_path: Path) -> None:
     run = tmp_path / "r.jsonl"
     command = ["--interval", "0.1", "--", sys.executable, "-c", "pass"]
@@ -456,8 +478,8 @@ def test_a_bad_option_exits_2_before_the_command(tmp_path: Path) -> None:
             "argument --open-metrics: name 'a b' is invalid: use letters, digits, _ and -",
         ),
         (
-            ["--output", "/no/such/dir/r.jsonl"],
-            "argument --output: cannot write '/no/such/dir/r.jsonl': No such file or directory",
+            ["--output", "/dev/null/r.jsonl"],  # a missing folder is made (issue 33)
+            "argument --output: cannot write '/dev/null/r.jsonl': Not a directory",
         ),
     ],
     ids=["disk-path", "open-metrics-url", "open-metrics-name", "output"],
@@ -675,7 +697,7 @@ def test_a_bad_interval_reads_well(tmp_path: Path) -> None:
 def test_version() -> None:
     proc = run_record("--version")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == f"sysmetrics {importlib.metadata.version('sysmetrics')}\n"
+    assert proc.stdout == f"sysmetrics {importlib.metadata.version(_optional.DIST)}\n"
 
 
 def test_help_shows_the_defaults() -> None:

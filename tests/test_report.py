@@ -295,7 +295,7 @@ def test_default_output_is_beside_the_run_file(tmp_path: Path) -> None:
 
 def test_missing_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ImportError, match=r"pip install 'sysmetrics\[report\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'sysmetrics-train\[report\]'"):
         _optional.matplotlib_figure()
 
 
@@ -1076,3 +1076,23 @@ def test_vectorized_rates_are_counter_rates(values: list[float], seconds: list[f
     with np.errstate(all="ignore"):
         want_total = float(np.diff(column)[ok].sum())  # the sum as it was made before
     assert total == want_total or (math.isnan(total) and math.isnan(want_total))
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--xaxis", "time"], "--xaxis (did you mean --x?) time"),
+        (["--x-axis=time"], "--x-axis=time (did you mean --x?)"),
+        (["--jsn"], "--jsn (did you mean --json?)"),
+        (["--pngs", "figs"], "--pngs (did you mean --png?) figs"),
+    ],
+)
+def test_an_unknown_flag_gets_a_suggestion(args: list[str], said: str, tmp_path: Path) -> None:
+    """Regression (issue 33): ``report x --xaxis time`` said only ``unrecognized arguments:
+    --xaxis time``, where ``record`` suggests the flag meant."""
+    done = cli("report", str(tmp_path / "x.jsonl"), *args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("usage: sysmetrics report "), done.stderr
+    assert done.stderr.endswith(f"sysmetrics report: error: unrecognized arguments: {said}\n")
+    far = cli("report", str(tmp_path / "x.jsonl"), "--bogus")
+    assert far.stderr.endswith("sysmetrics report: error: unrecognized arguments: --bogus\n")

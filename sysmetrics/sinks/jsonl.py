@@ -37,6 +37,39 @@ RETRY = 1.0  # seconds between two tries to write a run file on a full disk
 FULL = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk (or quota): space may return
 
 
+def nearest_existing(folder: str) -> str:
+    """``folder``, or its nearest ancestor that exists (what :func:`make_folders` builds on)."""
+    while not os.path.lexists(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return folder
+
+
+def make_folders(path: PathLike) -> list[str]:
+    """Make the missing folders of the run file ``path``, as the frameworks' loggers do.
+
+    Returns:
+        The folders made, outermost first (empty where the folder existed).
+
+    Raises:
+        OSError: a folder cannot be made (an ancestor is a file, no permission).
+
+    """
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    missing = []
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    if missing:
+        os.makedirs(missing[0], exist_ok=True)
+    return missing[::-1]
+
+
 def line(sample: Sample, node: Optional[int] = None) -> bytes:
     """One sample as a run-file line (UTF-8 JSON and a newline), see :mod:`sysmetrics.runfile`.
 
@@ -69,8 +102,8 @@ class JsonlSink:
 
     Args:
         monitor: the monitor whose samples to write.
-        path: the run file; created if missing, appended to if it exists. Its directory
-            must exist.
+        path: the run file; created if missing (its missing folders too, as the
+            frameworks' loggers make theirs), appended to if it exists.
         buffer: samples kept for a writer that fell behind.
         command: the command recorded (``sysmetrics record``), for the ``run`` line.
         node: the node rank, for the ``run`` and ``end`` lines (0 by default).
@@ -78,7 +111,8 @@ class JsonlSink:
 
     Raises:
         TypeError, ValueError: ``monitor``, ``path`` or ``buffer`` is invalid.
-        OSError: the file cannot be opened for appending (the message names it).
+        OSError: the file cannot be opened for appending, nor its missing folders made
+            (the message names it).
 
     """
 
@@ -127,6 +161,7 @@ class JsonlSink:
             version=runfile.version(),
         )
         self._end: dict[str, Any] = {}
+        make_folders(self.path)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             self._reader = monitor.reader(buffer=buffer)
