@@ -38,7 +38,7 @@ never merged (writers start at a line boundary, see :class:`~sysmetrics.sinks.js
 
 Readers skip lines they do not know, so a file with markers reads in older readers, and
 :func:`read_run` reads files written before the markers existed (samples only: their
-recordings are then told apart by the clock, see :mod:`sysmetrics.report`). Every reader
+recordings are then told apart by the clock, see :mod:`sysmetrics.runview`). Every reader
 of run files uses :func:`read_run`; every writer uses :func:`sample_line`,
 :func:`run_line` and :func:`end_line`.
 
@@ -63,11 +63,9 @@ import os
 from array import array
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Callable, Optional, Union
 
 from sysmetrics import _optional
-from sysmetrics.descriptions import gpu_key
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -473,8 +471,6 @@ class Run:
         for key, count in other.dropped_keys.items():
             self.dropped_keys[key] = self.dropped_keys.get(key, 0) + count
         self.pad()
-        self.__dict__.pop("used_gpus", None)  # cached properties of the samples before
-        self.__dict__.pop("job_gpu_percent", None)
 
     def metrics(self, j: int) -> dict[str, float]:
         """Sample ``j``'s metrics, as a dict (the keys it has)."""
@@ -519,44 +515,6 @@ class Run:
         if len(nodes) <= 1:
             return [(nodes[0] if nodes else None, self)]
         return [(k, self.select([j for j, n in enumerate(self.node) if n == k])) for k in nodes]
-
-    @cached_property
-    def used_gpus(self) -> dict[str, list[bool]]:
-        """For each GPU index the job uses at some point: whether it does in each sample.
-
-        The job uses GPU ``i`` in a sample that has a ``gpu.process.{i}.*`` key.
-        """
-        used: dict[str, list[bool]] = {}
-        full: set[str] = set()  # GPUs the job uses in every sample: no more keys to look at
-        columns = self.columns
-        for key in columns:  # a column is made only where it is looked at
-            gpu = gpu_key(key)
-            if gpu is None or not gpu.process or gpu.i in full:
-                continue
-            if columns.full(key):
-                used[gpu.i] = [True] * len(self)
-                full.add(gpu.i)
-                continue
-            flags = used.setdefault(gpu.i, [False] * len(self))
-            for j in columns.samples(key):
-                flags[j] = True
-        return used
-
-    @cached_property
-    def job_gpu_percent(self) -> list[Optional[float]]:
-        """Per sample, the mean ``gpu.{i}.gpu`` (%) over the GPUs the job uses in it."""
-        out: list[Optional[float]] = [None] * len(self)
-        counts = [0] * len(self)
-        for i, flags in self.used_gpus.items():
-            column = self.columns.get(f"gpu.{i}.gpu")
-            if column is None:
-                continue
-            for j, v in enumerate(column):
-                if flags[j] and v == v:
-                    total = out[j]
-                    out[j] = v if total is None else total + v
-                    counts[j] += 1
-        return [None if t is None else t / c for t, c in zip(out, counts)]
 
     def span(self, samples: Sequence[int]) -> Optional[Span]:
         """The first and last step of ``samples``, or their first and last time."""

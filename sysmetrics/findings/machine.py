@@ -14,6 +14,7 @@ from sysmetrics.findings._base import (
     gpu_indices,
     rates,
     threshold,
+    view,
 )
 from sysmetrics.runfile import Run
 
@@ -189,7 +190,7 @@ def gpu_throttling(run: Run, t: GpuThrottlingThresholds = GPU_THROTTLING) -> lis
 
 def disk_bound(run: Run, t: DiskBoundThresholds = DISK_BOUND) -> list[Finding]:
     """``disk-bound``: reading from disk fast while the job's GPUs are idle."""
-    gpus = run.job_gpu_percent
+    gpus = view(run).job_gpu_percent
     intervals = [
         (j, rate, gpu)
         for j, (rate, gpu) in enumerate(zip(rates(run, "disk.in"), gpus))
@@ -248,7 +249,7 @@ def unused_gpu(run: Run, t: UnusedGpuThresholds = UNUSED_GPU) -> list[Finding]:
     """``unused-gpu``: a GPU reported in the run that the job never used."""
     out = []
     for i in gpu_indices(run.columns):
-        if i in run.used_gpus:
+        if i in view(run).used_gpus:
             continue
         held = sorted(
             {j for key in run.columns if key.startswith(f"gpu.{i}.") for j in run.present(key)}

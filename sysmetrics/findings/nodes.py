@@ -18,13 +18,13 @@ from sysmetrics.findings._base import (
     node_runs,
     present,
     threshold,
+    view,
 )
 from sysmetrics.findings.machine import THROTTLE_REASONS, THROTTLE_SHARE, swap_rise, throttled
 from sysmetrics.findings.training import (
     INPUT_CPU_PERCENT,
     INPUT_SHARE,
     WAIT_KEY,
-    _steps,
     _wait_weights,
 )
 from sysmetrics.runfile import Run
@@ -130,7 +130,7 @@ def _finding(
 def _step_seconds(part: Run, own_steps: bool) -> Optional[float]:
     """The node's median seconds per step: ``step.seconds``, else between its step changes."""
     keyed = present(part.columns.get("step.seconds"), range(len(part)))
-    values = keyed or ([p.seconds for p in _steps(part).per_step] if own_steps else [])
+    values = keyed or ([p.seconds for p in view(part).paces] if own_steps else [])
     return statistics.median(values) if len(values) >= MIN_SAMPLES else None
 
 

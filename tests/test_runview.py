@@ -1,0 +1,99 @@
+"""One view of a run (issue 31): the page, ``--json`` and the findings read the same facts.
+
+Regression tests through the real path: a run recorded by ``sysmetrics record`` (or
+written line by line with the run file's own writers), read back, reported with
+``sysmetrics report --json`` and judged by :func:`sysmetrics.findings.findings`; they
+must say the same stalls and the same averages.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sysmetrics import runfile
+from sysmetrics.findings import findings, read_run
+
+pytest.importorskip("numpy", reason="the report needs the [report] extra")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "sysmetrics", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def report_json(path: Path) -> dict[str, Any]:
+    done = cli("report", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
+
+
+def page_stalls(doc: dict[str, Any]) -> list[int]:
+    """The steps of the stalls the page states and draws (``--json`` says them)."""
+    return sorted(stall["step"] for node in doc["nodes"] for stall in node["stalls"])
+
+
+def finding_stalls(doc: dict[str, Any]) -> list[int]:
+    """The steps of the ``stall`` findings in the same document."""
+    return sorted(int(f["subject"]["id"]) for f in doc["findings"] if f["rule"] == "stall")
+
+
+def test_a_10_s_hold_is_a_stall_on_the_page_and_in_the_findings(tmp_path: Path) -> None:
+    """Regression (issue 31): the page drew and stated a 10 s hold (from the sample where
+    step 10 was first seen to the one where step 11 was) that the findings did not call a
+    stall (they measured to the last sample with step 10: 9 s). One detector now."""
+    path = tmp_path / "run.jsonl"
+    start = 1.7e9
+    with path.open("wb") as f:
+        f.write(runfile.run_line(command=None, host="h", node=0, pid=1, start=start,
+                                 interval=1.0, cpus=2, version="t"))  # fmt: skip
+        step = 0
+        for t in range(41):  # one sample a second; step 10 for 10 s (t = 10..19)
+            step = t if t <= 10 else t - 9 if t >= 20 else 10
+            f.write(runfile.sample_line(start + t, 100.0 + t, step, {"cpu": 50.0}))
+        f.write(runfile.end_line(seconds=40.0, node=0, samples=41, dropped=0, exit_status=0))
+    doc = report_json(path)
+    assert page_stalls(doc) == [10]
+    assert finding_stalls(doc) == page_stalls(doc)
+    assert finding_stalls(doc) == [
+        int(f.subject.id) for f in findings(read_run(path)) if f.subject and f.rule == "stall"
+    ]
+
+
+SHORT_HOLD = """
+import time, sysmetrics
+t, i = time.monotonic(), 0
+while time.monotonic() - t < 1.5:  # steps for 1.5 s ...
+    i += 1
+    sysmetrics.step(i)
+    time.sleep(0.02)
+time.sleep(6)  # ... none for 6 s ...
+for _ in range(40):  # ... then steps again for about 1 s
+    i += 1
+    sysmetrics.step(i)
+    time.sleep(0.02)
+"""
+
+
+def test_a_6_s_stall_finding_is_on_the_page_too(tmp_path: Path) -> None:
+    """Regression (issue 31): ``record`` of a loop that stops stepping for 6 s of its
+    ~9 s: the findings called it a stall (over half the run), the page said nothing
+    and drew nothing (it knew only the 10 s threshold)."""
+    path = tmp_path / "run.jsonl"
+    done = cli("record", "--output", str(path), "--interval", "0.25", "--", sys.executable,
+               "-c", SHORT_HOLD)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = report_json(path)
+    assert finding_stalls(doc), doc["findings"]  # the findings call it a stall ...
+    assert page_stalls(doc) == finding_stalls(doc)  # ... and the page draws and says it
+    (said,) = doc["nodes"][0]["stalls"]
+    (found,) = [f for f in doc["findings"] if f["rule"] == "stall"]
+    # The page's seconds run to the next step's first sample, the finding's to the
+    # step's last sample: at most one interval apart, never the other way round.
+    assert 0 <= said["seconds"] - found["evidence"]["seconds"] <= 0.25 + 0.1
