@@ -819,7 +819,10 @@ def test_cross_node_findings_come_once_above_the_nodes(
             return [Finding("straggler-node", f"node {nodes[-1]} is slow", {"node": 1.0})]
         return [Finding("memory-limit", f"node {nodes[0]} memory", {})]
 
-    monkeypatch.setattr(report.page, "findings", rules)
+    # The page's model asks for the cross-node rules alone over the whole run, and for
+    # every rule over each node's samples (issue 31: no rule runs twice on a sample).
+    monkeypatch.setattr(report.model, "node_findings", rules)
+    monkeypatch.setattr(report.model, "across_findings", rules)
     a = write_lines(tmp_path / "a.jsonl", [(n, n, {"cpu": 1.0}) for n in range(6)], node=0)
     b = write_lines(tmp_path / "b.jsonl", [(n, n, {"cpu": 1.0}) for n in range(6)], node=1)
     run = read_runs([a, b])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,65 @@ def test_a_6_s_stall_finding_is_on_the_page_too(tmp_path: Path) -> None:
     # The page's seconds run to the next step's first sample, the finding's to the
     # step's last sample: at most one interval apart, never the other way round.
     assert 0 <= said["seconds"] - found["evidence"]["seconds"] <= 0.25 + 0.1
+
+
+def two_nodes(tmp_path: Path) -> list[Path]:
+    """Two nodes' run files of one run (``sysmetrics record`` on each names node 0)."""
+    paths = []
+    start = 1.7e9
+    for k in range(2):
+        path = tmp_path / f"node{k}.jsonl"
+        with path.open("wb") as f:
+            f.write(runfile.run_line(command=None, host=f"h{k}", node=0, pid=1, start=start,
+                                     interval=0.5, cpus=2, version="t"))  # fmt: skip
+            for n in range(40):
+                metrics = {"cpu": 50.0 + k, "step.seconds": 0.5, "step.dataWaitPercent": 10.0}
+                f.write(runfile.sample_line(start + n * 0.5, n * 0.5, n, metrics))
+        paths.append(path)
+    return paths
+
+
+def test_a_two_node_report_makes_each_nodes_series_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (issue 31): a two-node ``report --json -o`` ran ``series`` 8 times (the
+    whole run, each node for the page, for the figures and for the JSON, the nodes'
+    speed) and the per-node rules twice. The page's model makes each once per node."""
+    pytest.importorskip("matplotlib", reason="needs the [report] extra")
+    from sysmetrics import findings as fd
+    from sysmetrics import report
+    from sysmetrics.report import data
+
+    made: list[int] = []
+    real_series = data.series
+
+    def counted(run: runfile.Run, *args: Any) -> Any:
+        made.append(len(run))
+        return real_series(run, *args)
+
+    ran: list[str] = []
+
+    def counting(rule: Any) -> Any:
+        check = rule.check
+
+        def run_it(run: runfile.Run, t: Any) -> Any:
+            ran.append(rule.code)
+            return check(run, t)
+
+        return run_it
+
+    for module in list(sys.modules.values()):  # wherever the report reaches it by name
+        if module is not None and module.__name__.startswith("sysmetrics.report"):
+            if getattr(module, "series", None) is real_series:
+                monkeypatch.setattr(module, "series", counted)
+    for name in ("RULES", "NODE_RULES"):  # what findings() and across_findings() run
+        rules = tuple(replace(r, check=counting(r)) for r in getattr(fd, name))
+        monkeypatch.setattr(fd, name, rules)
+    paths = two_nodes(tmp_path)
+    text, written = report.json_report(paths, tmp_path / "page.html")
+    doc = json.loads(text)
+    assert [n["node"] for n in doc["nodes"]] == [0, 1]
+    assert written == [str(tmp_path / "page.html")]
+    assert made == [40, 40]  # once per node
+    for rule in fd.REGISTRY:  # each rule once per node, the cross-node ones once
+        assert ran.count(rule.code) == (1 if rule.scope == "run" else 2), (rule.code, ran)

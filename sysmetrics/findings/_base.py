@@ -131,7 +131,13 @@ _MEMO: contextvars.ContextVar[Optional[dict[tuple[str, int], tuple[Run, Any]]]] 
 
 @contextlib.contextmanager
 def memo() -> Iterator[None]:
-    """Within it, :func:`once` makes each thing of a run once (one findings() call)."""
+    """Within it, :func:`once` makes each thing of a run once (one findings() call).
+
+    Within an outer one (the report's page, which reads the same views), the outer's.
+    """
+    if _MEMO.get() is not None:
+        yield
+        return
     token = _MEMO.set({})
     try:
         yield
