@@ -146,9 +146,9 @@ def test_a_two_node_report_makes_each_nodes_series_once(
         return run_it
 
     for module in list(sys.modules.values()):  # wherever the report reaches it by name
-        if module is not None and module.__name__.startswith("sysmetrics.report"):
-            if getattr(module, "series", None) is real_series:
-                monkeypatch.setattr(module, "series", counted)
+        name = getattr(module, "__name__", "")
+        if name.startswith("sysmetrics.report") and getattr(module, "series", None) is real_series:
+            monkeypatch.setattr(module, "series", counted)
     for name in ("RULES", "NODE_RULES"):  # what findings() and across_findings() run
         rules = tuple(replace(r, check=counting(r)) for r in getattr(fd, name))
         monkeypatch.setattr(fd, name, rules)
