@@ -74,7 +74,7 @@ from sysmetrics.descriptions import Weight, aggregation, split_node, weight
 from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Sample
-from sysmetrics.runfile import Recording, Run
+from sysmetrics.runfile import Recording, Run, finite
 from sysmetrics.weights import row_weights
 
 LIVE_EVERY = 30.0  # s between two evaluations of the rules
@@ -181,14 +181,9 @@ class _Store:
         """
         row = len(self.time)
         columns = self.columns
-        for key, value in sample.values.items():
-            kind = type(value)
-            if kind is int:
-                try:
-                    value = float(value)
-                except OverflowError:
-                    continue
-            elif kind is not float or value - value != 0:  # not a float, or inf or NaN
+        for key, raw in sample.values.items():
+            value = finite(raw)
+            if value is None:
                 continue
             column = columns.get(key)
             if column is None:

@@ -129,8 +129,13 @@ def end_line(**fields: Any) -> bytes:
 # -- reading ---------------------------------------------------------------------------
 
 
-def _number(value: Any) -> Optional[float]:
-    """``value`` as a finite float, or ``None`` for anything else (bools included)."""
+def finite(value: Any) -> Optional[float]:
+    """``value`` as a finite float, or ``None`` for anything else (bools included).
+
+    The one rule for a metric value kept from outside input: an int becomes a float
+    (None past a float's range), a float is kept where finite, anything else (a bool, a
+    string, inf, NaN) is dropped. :meth:`Run.add` and the live findings' store use it.
+    """
     if type(value) is float:  # the usual case, first
         return value if value - value == 0 else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -186,17 +191,17 @@ class Recording:
     @property
     def start(self) -> Optional[float]:
         """When it started, s since the epoch, where it says."""
-        return _number(self.run.get("start"))
+        return finite(self.run.get("start"))
 
     @property
     def seconds(self) -> Optional[float]:
         """How long it ran, s, where its ``end`` line says."""
-        return None if self.end is None else _number(self.end.get("seconds"))
+        return None if self.end is None else finite(self.end.get("seconds"))
 
     @property
     def cpus(self) -> Optional[float]:
         """CPUs available to the job when it started (its ``cpu`` key's 100 %), where it says."""
-        cpus = _number(self.run.get("cpus"))
+        cpus = finite(self.run.get("cpus"))
         return cpus if cpus is not None and cpus > 0 else None
 
     @property
@@ -397,14 +402,9 @@ class Run:
         n = len(self.step)
         columns = self._columns
         data = columns._data
-        for key, value in metrics.items():
-            kind = type(value)
-            if kind is int:
-                try:
-                    value = float(value)
-                except OverflowError:
-                    continue
-            elif kind is not float or value - value != 0:  # not a float, or inf or NaN
+        for key, raw in metrics.items():
+            value = finite(raw)
+            if value is None:
                 continue
             stored = data.get(key)
             if stored is None:
@@ -429,8 +429,8 @@ class Run:
     def _sample(
         self, time: Any, monotonic: Any, step: Any, node: Optional[int], recording: int
     ) -> None:
-        self.time.append(_number(time))
-        self.monotonic.append(_number(monotonic))
+        self.time.append(finite(time))
+        self.monotonic.append(finite(monotonic))
         self.step.append(_integer(step))
         self.node.append(node)
         self.recording.append(recording)
@@ -710,7 +710,7 @@ def _rest(
         elif raw.startswith(b'{"time":'):
             if first is None:
                 data = _parse(raw, fast)
-                first = _number(data.get("time")) if isinstance(data, dict) else None
+                first = finite(data.get("time")) if isinstance(data, dict) else None
             last_line = raw
         if len(raw) > MAX_LINE_BYTES:  # too long: skip to the end of the line
             while raw and not raw.endswith(b"\n"):
@@ -718,7 +718,7 @@ def _rest(
         raw = file.readline(MAX_LINE_BYTES + 1)
     if lines and first is not None:
         data = _parse(last_line, fast)
-        last = _number(data.get("time")) if isinstance(data, dict) else None
+        last = finite(data.get("time")) if isinstance(data, dict) else None
     return lines, runs, first, last
 
 
