@@ -104,13 +104,13 @@ class SeriesStore:
         for key, s in new.items():
             series[key] = s
             for r in readers:
-                r.forget(key)  # a window of another collector's values
+                r._forget(key)  # a window of another collector's values
         for key, v in checked:
             s = series[key]
             s.last = v
             s.seen = self.tick
         for r in readers:  # the hot loop: each reader's window of each key
-            r.fold(checked, weights)
+            r._fold(checked, weights)
 
     def forget(self, readers: list[Reader]) -> None:
         """Drop keys no collector reports any more.
@@ -123,7 +123,7 @@ class SeriesStore:
             age = self.tick - s.seen
             if age <= FORGET_AFTER:
                 continue
-            if age <= FORGET_UNREAD_AFTER and any(r.unread(key) for r in readers):
+            if age <= FORGET_UNREAD_AFTER and any(r._unread(key) for r in readers):
                 continue
             self._drop_key(key, readers)
 
@@ -136,13 +136,13 @@ class SeriesStore:
     def _drop_key(self, key: str, readers: list[Reader]) -> None:
         del self.series[key]
         for r in readers:
-            r.forget(key)
+            r._forget(key)
 
     # -- the readers' source (:class:`sysmetrics.reader.Source`), each taking the lock ------
 
     def read_window(self, reader: Reader) -> dict[str, float]:
         """``reader``'s window since its previous one: what ``reader.snapshot()`` returns."""
-        if reader.buffering:
+        if reader._buffering:
             raise RuntimeError(
                 "this reader keeps samples (buffer>0), not windows: use samples(), or "
                 "monitor.reader() for windows"
@@ -151,16 +151,16 @@ class SeriesStore:
         with self._lock:
             if reader.closed:
                 return {}
-            return reader.aggregate(self.series, self.tick)
+            return reader._aggregate(self.series, self.tick)
 
     def take_samples(self, reader: Reader) -> list[Sample]:
         """``reader``'s buffered samples, taken out: what ``reader.samples()`` returns."""
         with self._lock:
-            return reader.drain()
+            return reader._drain()
 
     def detach(self, reader: Reader) -> None:
         """Feed ``reader`` no more (``reader.close()``); idempotent."""
         with self._lock:
-            reader.detached()
+            reader._detached()
             self._readers = [ref for ref in self._readers if ref() not in (reader, None)]
-        reader.wake()  # a sink waiting on it
+        reader._wake()  # a sink waiting on it

@@ -1,7 +1,7 @@
 """A key's mean over a run's samples, each sample counted as the key's description says.
 
-The one home of the rule the monitor's readers follow live (:meth:`Reader.fold
-<sysmetrics.reader.Reader.fold>` with :attr:`StepCollector.weights
+The one home of the rule the monitor's readers follow live (:meth:`Reader._fold
+<sysmetrics.reader.Reader._fold>` with :attr:`StepCollector.weights
 <sysmetrics.steptime.StepCollector.weights>`), for a run file: the report's summary
 table and the findings average a key with :func:`weighted_mean`, so the page's table
 and its findings say the same number.
