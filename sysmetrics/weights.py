@@ -20,6 +20,7 @@ from typing import Optional
 
 from sysmetrics.descriptions import Weight, weight
 from sysmetrics.runfile import Run
+from sysmetrics.runview import RunView
 
 _NAN = float("nan")
 _PER_STEP = "step.seconds"  # the step key every sample that closed a step has
@@ -41,7 +42,8 @@ def sample_weights(run: Run, how: Weight) -> list[float]:
     per_step = run.columns.get(_PER_STEP)
     if how == "sample" or per_step is None:
         return [1.0] * len(run)
-    return row_weights(run.step, per_step, list(zip(run.node, run.recording)), how)
+    segment = RunView(run).segment  # the recordings, as every reader tells them apart
+    return row_weights(run.step, per_step, list(zip(run.node, segment)), how)
 
 
 def row_weights(
