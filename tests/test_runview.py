@@ -160,3 +160,35 @@ def test_a_two_node_report_makes_each_nodes_series_once(
     assert made == [40, 40]  # once per node
     for rule in fd.REGISTRY:  # each rule once per node, the cross-node ones once
         assert ran.count(rule.code) == (1 if rule.scope == "run" else 2), (rule.code, ran)
+
+
+WAITING = """
+import time, sysmetrics
+def loader(n):
+    for _ in range(n):
+        time.sleep(0.06)  # the loop waits for each batch ...
+        yield 0
+i = 0
+for epoch in range(2):
+    for batch in sysmetrics.batches(loader(25)):
+        time.sleep(0.02)  # ... longer than it computes
+        i += 1
+        sysmetrics.step(i)
+    time.sleep(1.0)  # between epochs: outside any step, no waiting for data
+"""
+
+
+def test_the_table_and_the_finding_say_one_data_wait(tmp_path: Path) -> None:
+    """Regression (issue 31): one page said ``step.dataWaitPercent`` 37.5 % in its table
+    (weighted by the steps' seconds, as the readers weigh it) and 75 % in its finding
+    (weighted by the sampling interval: the pause between epochs counted as waiting).
+    Both read the key's declared weight now (:func:`sysmetrics.weights.weighted_mean`)."""
+    path = tmp_path / "run.jsonl"
+    done = cli("record", "--output", str(path), "--interval", "0.25", "--", sys.executable,
+               "-c", WAITING)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = report_json(path)
+    (row,) = [k for n in doc["nodes"] for k in n["keys"] if k["key"] == "step.dataWaitPercent"]
+    (found,) = [f for f in doc["findings"] if f["rule"] == "input-bound"]
+    assert found["evidence"]["wait_percent"] == pytest.approx(row["mean"], rel=1e-9)
+    assert 50 <= row["mean"] <= 90  # 60 ms of every 80 ms, the pauses not counted
