@@ -839,10 +839,10 @@ def test_cross_node_findings_come_once_above_the_nodes(
     ]
     marked: dict[Any, list[str]] = {}  # what each node's figures get to mark
     monkeypatch.setattr(
-        report.page,
-        "node_figures",
-        lambda run, name, x, found, across: (
-            marked.update({k: [f.rule for f in v] for k, v in found.items()}) or {}
+        report.drawing,
+        "_figures",  # what draws each node's figures (titled "..., node K")
+        lambda ax, every, name, found: (
+            marked.update({int(name.rsplit(" ", 1)[1]): [f.rule for f in found]}) or {}
         ),
     )
     report.write_report([a, b], tmp_path / "page.html")

@@ -511,11 +511,14 @@ STALL_RULE = Rule(
     check=stall,
     why="A hang (a collective waiting for a peer, a deadlock) burns the allocation doing "
     "nothing; work outside the steps (evaluation, checkpoints) is time not training.",
-    how="from the samples' `step` and clock, per recording and node: a step held from the "
-    "first to the last sample that has it for at least `seconds`, or for at least `share` "
-    "of the recording and at least `min_seconds`; either way at least `step_times` times "
-    "the run's median seconds per step (of `step.seconds`, else between step changes), so "
-    "steadily slow steps are none. The job's mean `cpu` and GPU utilization over it: both "
+    how="from the samples' `step` and clock, per recording and node (the run's view: the "
+    "one stall detector, which the report's page draws too): from the sample where a step "
+    "was first seen to the one where the next step was (or to the recording's last "
+    "sample), at least `seconds`, or at least `share` of the recording and at least "
+    "`min_seconds`; either way at least `step_times` times the run's median seconds per "
+    "step (of `step.seconds`, else between step changes) per step advanced, so steadily "
+    "slow steps are none. Its `seconds` are to the step's last sample (the time it "
+    "certainly held). The job's mean `cpu` and GPU utilization over it: both "
     'below `idle_percent`: "a hang or a deadlock"; else work outside the steps '
     "(evaluation, checkpoint) or a busy wait. A run that ends while stalled is one too: "
     "`ended_stalled` = 1 where its `end` line says it did not finish (killed, failed, "

@@ -28,6 +28,7 @@ from sysmetrics.report.data import (
     axis,
     longest,
 )
+from sysmetrics.report.document import document as document
 from sysmetrics.report.drawing import ALL_NODES, _cut, node_label, page_figures
 from sysmetrics.report.model import Found, NodePage, Page, build
 from sysmetrics.report.model import run_findings as run_findings
