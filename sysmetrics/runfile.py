@@ -516,16 +516,6 @@ class Run:
             return [(nodes[0] if nodes else None, self)]
         return [(k, self.select([j for j, n in enumerate(self.node) if n == k])) for k in nodes]
 
-    def span(self, samples: Sequence[int]) -> Optional[Span]:
-        """The first and last step of ``samples``, or their first and last time."""
-        steps = [s for j in samples if (s := self.step[j]) is not None]
-        if samples and len(steps) == len(samples):
-            return Span("step", min(steps), max(steps))
-        times = [t for j in samples if (t := self.time[j]) is not None]
-        if samples and len(times) == len(samples):
-            return Span("time", min(times), max(times))
-        return None
-
 
 @dataclass(frozen=True)
 class Span:

@@ -38,7 +38,7 @@ from functools import cached_property
 from typing import Any, NamedTuple, Optional, Protocol
 
 from sysmetrics.descriptions import counter_rate, gpu_key
-from sysmetrics.runfile import Run
+from sysmetrics.runfile import Run, Span
 
 GAP_INTERVALS = 10.0  # a gap this many median intervals long (and over GAP_S) ...
 GAP_S = 5.0  # ... or a clock that goes back starts a new recording (files without markers)
@@ -218,6 +218,21 @@ class RunView:
         """The recording header: the first recording's ``run`` line (empty: none)."""
         recordings = self.run.recordings
         return dict(recordings[0].run) if recordings else {}
+
+    def span(self, samples: Sequence[int]) -> Optional[Span]:
+        """The first and last step of ``samples``, or their first and last time.
+
+        On the step axis where every one of them has a step, else on the time axis (s
+        since the epoch) where every one has a time; None otherwise (or for none).
+        """
+        run = self.run
+        steps = [s for j in samples if (s := run.step[j]) is not None]
+        if samples and len(steps) == len(samples):
+            return Span("step", min(steps), max(steps))
+        times = [t for j in samples if (t := run.time[j]) is not None]
+        if samples and len(times) == len(samples):
+            return Span("time", min(times), max(times))
+        return None
 
     # -- counters, the host's CPU, the job's GPUs -------------------------------------
 

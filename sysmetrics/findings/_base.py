@@ -225,7 +225,7 @@ def where(run: Run, span: Optional[Span]) -> str:
         if span.first == span.last:
             return f"step {span.first:.0f}"
         return f"steps {span.first:.0f}{DASH}{span.last:.0f}"
-    start = next((t for t in run.time if t is not None), None)
+    start = view(run).start
     if start is None:
         return "the run"
     return f"{span.first - start:.0f}{DASH}{span.last - start:.0f} s into the run"

@@ -122,7 +122,7 @@ def _finding(
         "straggler-node",
         f"Node {node} held the others back: {what}{why}.",
         {"node": float(node), **evidence, **more},
-        part.span(range(len(part))),
+        view(part).span(range(len(part))),
         Subject("node", str(node)),
     )
 
@@ -212,7 +212,7 @@ def _machine_outlier(nodes: dict[int, Run], t: StragglerThresholds) -> list[Find
                         f"{abs(value - median):.0f} points {side} the median node "
                         f"({median:.0f} %): it may hold the others back or do different work.",
                         {"node": float(node), "mean_percent": value, "median_percent": median},
-                        nodes[node].span(range(len(nodes[node]))),
+                        view(nodes[node]).span(range(len(nodes[node]))),
                         Subject("node", str(node), kind),
                     )
                 )

@@ -250,7 +250,7 @@ def stall(run: Run, t: StallThresholds = STALL) -> list[Finding]:
                 f"The step stayed at {s.step} for {duration(s.held)} "
                 f"({evidence['share']:.0%} of the run{into}){ending}{meanwhile}.",
                 evidence,
-                run.span(samples),
+                view(run).span(samples),
                 Subject("step", str(s.step)),
             )
         )
@@ -349,7 +349,7 @@ def slow_steps(run: Run, t: SlowStepsThresholds = SLOW_STEPS) -> list[Finding]:
     rest = [j for p in paces for j in p.covered if j not in chosen]
     slowest = max(p.least for p in slow)
     said, evidence = _coincided(run, during, rest, t)
-    span = run.span([p.first for p in slow])
+    span = view(run).span([p.first for p in slow])
     coincided = f"; at the same time: {'; '.join(said)}" if said else ""
     return [
         Finding(
@@ -425,7 +425,7 @@ def input_bound(run: Run, t: InputBoundThresholds = INPUT_BOUND) -> list[Finding
         )
     else:
         cause = ""
-    span = run.span(samples)
+    span = view(run).span(samples)
     return [
         Finding(
             "input-bound",
@@ -474,7 +474,7 @@ def _input_bound_machine(run: Run, t: InputBoundThresholds) -> list[Finding]:
                 "cpu_saturated_share": share,
                 "samples": float(len(pairs)),
             },
-            run.span(busy),
+            view(run).span(busy),
         )
     ]
 
