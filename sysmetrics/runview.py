@@ -20,9 +20,12 @@ figures and ``--json`` (:mod:`sysmetrics.report`) and the live findings
 - the **step timeline** (:attr:`RunView.stretches`, :attr:`RunView.paces`,
   :attr:`RunView.median_step`) and its **stalls** (:meth:`RunView.stalls`: the one
   detector the ``stall`` finding and the page's shaded stalls both read);
-- the **job's GPU use** (:attr:`RunView.used_gpus`, :attr:`RunView.job_gpu_percent`) and
-  the **host's CPU** (:attr:`RunView.host_cpu`);
-- the **recording header** (:attr:`RunView.header`).
+- the **job's GPU use** (:attr:`RunView.used_gpus`, :attr:`RunView.job_gpu_percent`),
+  the **host's CPU** (:attr:`RunView.host_cpu`), and where a set of samples lies
+  (:meth:`RunView.span`: its steps, else its times).
+
+The recording header is the run file's ``run`` line as read (``Run.recordings``: raw,
+one home, the monitor's header; nothing derived from it here).
 
 A view is made from a run that no longer grows (a run file read, or a run built afresh
 from the live store at each evaluation) and is never changed after: each of its parts is
@@ -35,7 +38,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any, NamedTuple, Optional, Protocol
+from typing import NamedTuple, Optional, Protocol
 
 from sysmetrics.descriptions import counter_rate, gpu_key
 from sysmetrics.runfile import Run, Span
@@ -93,7 +96,7 @@ class Pace(NamedTuple):
     least: float  # s per step at least (to the last sample with the step)
 
 
-class StallThresholds(Protocol):
+class StallBounds(Protocol):
     """What decides a stall (the ``stall`` rule's thresholds, declared in the findings)."""
 
     @property
@@ -212,12 +215,6 @@ class RunView:
     def start(self) -> Optional[float]:
         """The first sample's time, s since the epoch (None: no sample has one)."""
         return next((t for t in self.run.time if t is not None), None)
-
-    @cached_property
-    def header(self) -> dict[str, Any]:
-        """The recording header: the first recording's ``run`` line (empty: none)."""
-        recordings = self.run.recordings
-        return dict(recordings[0].run) if recordings else {}
 
     def span(self, samples: Sequence[int]) -> Optional[Span]:
         """The first and last step of ``samples``, or their first and last time.
@@ -397,7 +394,7 @@ class RunView:
         paces = [p.seconds for p in self.paces]
         return statistics.median(paces) if paces else None
 
-    def stalls(self, t: StallThresholds) -> list[Stretch]:
+    def stalls(self, t: StallBounds) -> list[Stretch]:
         """The stretches that are stalls, in the run's order: the one stall detector.
 
         A stretch without a new step of ``seconds`` (from its first sample to the next
