@@ -67,6 +67,16 @@ class SeriesStore:
             self._readers = [weakref.ref(r) for r in readers]
         return readers
 
+    def split(self, readers: list[Reader]) -> tuple[list[Reader], list[Reader]]:
+        """``readers`` as those of windows and those that buffer samples (under the lock)."""
+        windowed = [r for r in readers if not r._buffering]
+        return windowed, [r for r in readers if r._buffering]
+
+    def push(self, readers: list[Reader], sample: Sample) -> None:
+        """Hand ``sample`` to each buffering reader of ``readers`` (under the lock)."""
+        for r in readers:
+            r._push(sample)
+
     def latest(self) -> dict[str, float]:
         """The values of the latest tick, ``{key: value}``."""
         return {key: s.last for key, s in self.series.items() if s.seen == self.tick}

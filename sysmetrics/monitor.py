@@ -435,7 +435,7 @@ class SystemMonitor:
             store = self._series_store
             store.tick += 1
             readers = store.live()
-            windowed = [r for r in readers if not r._buffering]
+            windowed, buffering = store.split(readers)
             stored: list[tuple[str, float]] = []
             for c, checked in results:
                 weights = self._steps.weights if c is self._steps else None  # Description.weight
@@ -445,11 +445,9 @@ class SystemMonitor:
                     failed.append((c, f"{exc}; it is disabled, the others go on"))
                 else:
                     stored.extend(checked)
-            buffering = [r for r in readers if r._buffering]
             if buffering:
                 sample = Sample(clock.time(), clock.monotonic(), self.step, dict(stored))
-                for r in buffering:
-                    r._push(sample)
+                store.push(buffering, sample)
             if store.tick % _SWEEP_EVERY == 0:
                 store.forget(readers)
         for c in recovered:
