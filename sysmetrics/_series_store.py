@@ -71,6 +71,16 @@ class SeriesStore:
             self._readers = [weakref.ref(r) for r in readers]
         return readers
 
+    def split(self, readers: list[Reader]) -> tuple[list[Reader], list[Reader]]:
+        """``readers`` as those of windows and those that buffer samples (under the lock)."""
+        windowed = [r for r in readers if not r._buffering]
+        return windowed, [r for r in readers if r._buffering]
+
+    def push(self, readers: list[Reader], sample: Sample) -> None:
+        """Hand ``sample`` to each buffering reader of ``readers`` (under the lock)."""
+        for r in readers:
+            r._push(sample)
+
     def latest(self) -> dict[str, float]:
         """The values of the latest tick, ``{key: value}``."""
         return {key: s.last for key, s in self.series.items() if s.seen == self.tick}
@@ -108,7 +118,7 @@ class SeriesStore:
         for key, s in new.items():
             series[key] = s
             for r in readers:
-                r.forget(key)  # a window of another collector's values
+                r._forget(key)  # a window of another collector's values
         now = self.tick_time
         for key, v in checked:
             s = series[key]
@@ -116,7 +126,7 @@ class SeriesStore:
             s.seen = self.tick
             s.seen_time = now
         for r in readers:  # the hot loop: each reader's window of each key
-            r.fold(checked, weights)
+            r._fold(checked, weights)
 
     def forget(self, readers: list[Reader]) -> None:
         """Drop keys no collector reports any more.
@@ -130,7 +140,7 @@ class SeriesStore:
             age = self.tick - s.seen
             if age <= FORGET_AFTER or key in held:
                 continue
-            if age <= FORGET_UNREAD_AFTER and any(r.unread(key) for r in readers):
+            if age <= FORGET_UNREAD_AFTER and any(r._unread(key) for r in readers):
                 continue
             self._drop_key(key, readers)
 
@@ -162,13 +172,13 @@ class SeriesStore:
     def _drop_key(self, key: str, readers: list[Reader]) -> None:
         del self.series[key]
         for r in readers:
-            r.forget(key)
+            r._forget(key)
 
     # -- the readers' source (:class:`sysmetrics.reader.Source`), each taking the lock ------
 
     def read_window(self, reader: Reader) -> Snapshot:
         """``reader``'s window since its previous one: what ``reader.snapshot()`` returns."""
-        if reader.buffering:
+        if reader._buffering:
             raise RuntimeError(
                 "this reader keeps samples (buffer>0), not windows: use samples(), or "
                 "monitor.reader() for windows"
@@ -177,16 +187,16 @@ class SeriesStore:
         with self._lock:
             if reader.closed:
                 return Snapshot()
-            return reader.aggregate(self.series, self.tick, self.tick_time, self.held())
+            return reader._aggregate(self.series, self.tick, self.tick_time, self.held())
 
     def take_samples(self, reader: Reader) -> list[Sample]:
         """``reader``'s buffered samples, taken out: what ``reader.samples()`` returns."""
         with self._lock:
-            return reader.drain()
+            return reader._drain()
 
     def detach(self, reader: Reader) -> None:
         """Feed ``reader`` no more (``reader.close()``); idempotent."""
         with self._lock:
-            reader.detached()
+            reader._detached()
             self._readers = [ref for ref in self._readers if ref() not in (reader, None)]
-        reader.wake()  # a sink waiting on it
+        reader._wake()  # a sink waiting on it

@@ -26,7 +26,9 @@ times keys, 8 bytes each: about 3 MiB) and ``LIVE_MAX_ROWS`` rows. Beyond either
 seen in fewer than ``LIVE_FORGET_SEEN`` samples and none of the latest
 ``LIVE_FORGET_ROWS`` rows (a label value that changed) are forgotten, and if that is not
 enough the older half of the rows is folded in pairs: gauges averaged (weighted by the
-samples each row holds), counters (``descriptions.aggregation`` ``last``) keep the later
+samples each row holds; the ``step.*`` keys by what their descriptions weigh them by,
+the steps each row closed or those steps' seconds, :func:`~sysmetrics.weights.row_weights`,
+so a fold keeps their means), counters (``descriptions.aggregation`` ``last``) keep the later
 value, so their rates stay right, ``.max`` keys keep the larger, time, clock and step
 are the later row's. Recent samples stay at full resolution, older ones get coarser: a
 day at 1 s of 60 keys is about 6,400 rows, 3.1 MiB; of 400 keys, 900 rows, 2.9 MiB. A
@@ -64,15 +66,16 @@ import threading
 import time
 import warnings
 from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Optional
 
-from sysmetrics.descriptions import aggregation, split_node
+from sysmetrics.descriptions import Weight, aggregation, split_node, weight
 from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Sample
-from sysmetrics.runfile import Recording, Run
+from sysmetrics.runfile import Recording, Run, finite
+from sysmetrics.weights import row_weights
 
 if TYPE_CHECKING:
     from sysmetrics.findings import Finding
@@ -96,6 +99,7 @@ PREFIX = "sysmetrics: "
 
 _NAN = math.nan
 _NO_STEP = -(2**63)  # the step column's "no step" (a step of -2**63 reads as none)
+_PER_STEP = "step.seconds"  # the step key every row that closed a step has
 _EVENTS_PER_CHECK = 256  # profile events between two looks at the thread's CPU clock
 _MAX_SLEEP = 0.5  # s the throttle sleeps at most at once
 
@@ -129,11 +133,12 @@ class _Column:
     Rows after the last value are not stored: a key that went away costs nothing more.
     """
 
-    __slots__ = ("first", "how", "seen", "values")
+    __slots__ = ("first", "how", "seen", "values", "weigh")
 
-    def __init__(self, first: int, how: str) -> None:
+    def __init__(self, first: int, how: str, weigh: Weight = "sample") -> None:
         self.first = first
         self.how = how
+        self.weigh = weigh  # how a row counts in a mean (descriptions.weight): step keys
         self.seen = 0  # samples that had the key
         self.values: array[float] = array("d")
 
@@ -179,14 +184,9 @@ class _Store:
         """
         row = len(self.time)
         columns = self.columns
-        for key, value in sample.values.items():
-            kind = type(value)
-            if kind is int:
-                try:
-                    value = float(value)
-                except OverflowError:
-                    continue
-            elif kind is not float or value - value != 0:  # not a float, or inf or NaN
+        for key, raw in sample.values.items():
+            value = finite(raw)
+            if value is None:
                 continue
             column = columns.get(key)
             if column is None:
@@ -196,7 +196,7 @@ class _Store:
                     if self.refused is None:
                         self.refused = key
                     continue
-                column = columns[sys.intern(key)] = _Column(row, _how(key))
+                column = columns[sys.intern(key)] = _Column(row, _how(key), weight(key))
             gap = row - column.first - len(column.values)
             if gap:
                 column.values.extend(array("d", [_NAN]) * gap)
@@ -240,6 +240,7 @@ class _Store:
         if half < 1:
             return
         weight = self.weight
+        by = self._row_weights(h)
         for column in self.columns.values():
             first, values = column.first, column.values
             if first >= h:
@@ -247,6 +248,7 @@ class _Store:
                 continue
             end = first + len(values)
             how = column.how
+            weighs = by.get(column.weigh, weight)
             out: array[float] = array("d")
             for g in range(first // 2, (min(end, h) - 1) // 2 + 1):
                 a = 2 * g
@@ -257,7 +259,9 @@ class _Store:
                 elif vb != vb:
                     out.append(va)
                 elif how == "mean":
-                    wa, wb = weight[a], weight[a + 1]
+                    wa, wb = weighs[a], weighs[a + 1]
+                    if not wa + wb > 0:  # NaN or none: by the samples each row holds
+                        wa, wb = weight[a], weight[a + 1]
                     out.append((va * wa + vb * wb) / (wa + wb))
                 elif how == "last":
                     out.append(vb)
@@ -277,6 +281,22 @@ class _Store:
         self.step.extend(steps[h:])
         self.weight = array("d", (weight[2 * g] + weight[2 * g + 1] for g in range(half)))
         self.weight.extend(weight[h:])
+
+    def _row_weights(self, h: int) -> dict[str, Sequence[float]]:
+        """What each of the first ``h`` rows counts in a mean of a step key, by weight.
+
+        ``steps`` and ``step_seconds`` (:func:`~sysmetrics.weights.row_weights`: the steps
+        a row closed since the previous row with ``step.seconds``, or their seconds), as
+        the rules weigh the rows of the run built from the store; empty without steps.
+        """
+        per_step = self.columns.get(_PER_STEP)
+        if per_step is None or not any(c.weigh != "sample" for c in self.columns.values()):
+            return {}
+        full = array("d", [_NAN]) * h
+        for i, v in enumerate(per_step.values[: max(0, h - per_step.first)]):
+            full[per_step.first + i] = v
+        steps = [None if s == _NO_STEP else s for s in self.step[:h]]
+        return {how: row_weights(steps, full, None, how) for how in ("steps", "step_seconds")}
 
     def run(self, header: Mapping[str, Any]) -> Run:
         """A new :class:`Run` of the rows, one recording of ``header``: what the rules read."""

@@ -458,7 +458,7 @@ class SystemMonitor:
             store.tick += 1
             store.tick_time = clock.time()
             readers = store.live()
-            windowed = [r for r in readers if not r.buffering]
+            windowed, buffering = store.split(readers)
             stored: list[tuple[str, float]] = []
             for c, checked in results:
                 weights = self._steps.weights if c is self._steps else None  # Description.weight
@@ -469,11 +469,9 @@ class SystemMonitor:
                     failed.append((c, f"{exc}; it is disabled, the others go on"))
                 else:
                     stored.extend(checked)
-            buffering = [r for r in readers if r.buffering]
             if buffering:
                 sample = Sample(store.tick_time, clock.monotonic(), self.step, dict(stored))
-                for r in buffering:
-                    r.push(sample)
+                store.push(buffering, sample)
             if store.tick % _SWEEP_EVERY == 0:
                 store.forget(readers)
         for c in recovered:

@@ -7,7 +7,7 @@ so two readers at different cadences never take samples from each other.
 The pair talks through a small explicit interface, in this module only (the monitor
 imports it; nothing here imports the monitor): a reader asks its :class:`Source` for a
 window, its samples, or to be detached; the source calls the reader's methods marked
-"called by the source, under its lock" (:meth:`Reader.fold`, :meth:`Reader.push`, ...).
+"called by the source, under its lock" (:meth:`Reader._fold`, :meth:`Reader._push`, ...).
 """
 
 from __future__ import annotations
@@ -87,15 +87,15 @@ class Source(Protocol):
     """What a :class:`Reader` asks of the monitor it reads (the monitor's ``SeriesStore``)."""
 
     def read_window(self, reader: Reader) -> Snapshot:
-        """The reader's window since its previous one (:meth:`Reader.aggregate`)."""
+        """The reader's window since its previous one (:meth:`Reader._aggregate`)."""
         ...
 
     def take_samples(self, reader: Reader) -> list[Sample]:
-        """The reader's buffered samples, taken out (:meth:`Reader.drain`)."""
+        """The reader's buffered samples, taken out (:meth:`Reader._drain`)."""
         ...
 
     def detach(self, reader: Reader) -> None:
-        """Stop feeding the reader (:meth:`Reader.detached`, then :meth:`Reader.wake`)."""
+        """Stop feeding the reader (:meth:`Reader._detached`, then :meth:`Reader._wake`)."""
         ...
 
 
@@ -176,11 +176,11 @@ class Reader:
     # -- called by the source, under its lock ----------------------------------------
 
     @property
-    def buffering(self) -> bool:
+    def _buffering(self) -> bool:
         """Whether the reader keeps samples (``buffer=n``) rather than windows."""
         return self._buffer is not None
 
-    def push(self, sample: Sample) -> None:
+    def _push(self, sample: Sample) -> None:
         """Keep ``sample`` (a buffering reader), dropping the oldest from a full buffer."""
         buffer = self._buffer
         if buffer is None:
@@ -190,7 +190,7 @@ class Reader:
         buffer.append(sample)
         self._new.set()
 
-    def fold(
+    def _fold(
         self, values: Sequence[tuple[str, float]], weights: Mapping[str, float] | None = None
     ) -> None:
         """Fold one collector's checked values into this reader's window (the hot loop).
@@ -223,15 +223,15 @@ class Reader:
                 if v > a[2]:
                     a[2] = v
 
-    def forget(self, key: str) -> None:
+    def _forget(self, key: str) -> None:
         """Drop ``key`` from the window (its collector changed, or it is forgotten)."""
         self._acc.pop(key, None)
 
-    def unread(self, key: str) -> bool:
+    def _unread(self, key: str) -> bool:
         """Whether the window holds samples of ``key`` not read yet."""
         return key in self._acc
 
-    def drain(self) -> list[Sample]:
+    def _drain(self) -> list[Sample]:
         """The buffered samples, taken out; [] for a reader of windows."""
         buffer = self._buffer
         if buffer is None:
@@ -242,16 +242,16 @@ class Reader:
         buffer.clear()
         return taken
 
-    def detached(self) -> None:
+    def _detached(self) -> None:
         """The source feeds this reader no more: it is closed, its window dropped."""
         self.closed = True
         self._acc = {}
 
-    def wake(self) -> None:
+    def _wake(self) -> None:
         """Wake a sink waiting on this reader (:meth:`wait`); outside the lock."""
         self._new.set()
 
-    def aggregate(
+    def _aggregate(
         self,
         series: dict[str, Series],
         tick: int,

@@ -38,7 +38,7 @@ never merged (writers start at a line boundary, see :class:`~sysmetrics.sinks.js
 
 Readers skip lines they do not know, so a file with markers reads in older readers, and
 :func:`read_run` reads files written before the markers existed (samples only: their
-recordings are then told apart by the clock, see :mod:`sysmetrics.report`). Every reader
+recordings are then told apart by the clock, see :mod:`sysmetrics.runview`). Every reader
 of run files uses :func:`read_run`; every writer uses :func:`sample_line`,
 :func:`run_line` and :func:`end_line`.
 
@@ -63,11 +63,9 @@ import os
 from array import array
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Callable, Optional, Union
 
 from sysmetrics import _optional
-from sysmetrics.descriptions import gpu_key
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -131,8 +129,13 @@ def end_line(**fields: Any) -> bytes:
 # -- reading ---------------------------------------------------------------------------
 
 
-def _number(value: Any) -> Optional[float]:
-    """``value`` as a finite float, or ``None`` for anything else (bools included)."""
+def finite(value: Any) -> Optional[float]:
+    """``value`` as a finite float, or ``None`` for anything else (bools included).
+
+    The one rule for a metric value kept from outside input: an int becomes a float
+    (None past a float's range), a float is kept where finite, anything else (a bool, a
+    string, inf, NaN) is dropped. :meth:`Run.add` and the live findings' store use it.
+    """
     if type(value) is float:  # the usual case, first
         return value if value - value == 0 else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -188,17 +191,17 @@ class Recording:
     @property
     def start(self) -> Optional[float]:
         """When it started, s since the epoch, where it says."""
-        return _number(self.run.get("start"))
+        return finite(self.run.get("start"))
 
     @property
     def seconds(self) -> Optional[float]:
         """How long it ran, s, where its ``end`` line says."""
-        return None if self.end is None else _number(self.end.get("seconds"))
+        return None if self.end is None else finite(self.end.get("seconds"))
 
     @property
     def cpus(self) -> Optional[float]:
         """CPUs available to the job when it started (its ``cpu`` key's 100 %), where it says."""
-        cpus = _number(self.run.get("cpus"))
+        cpus = finite(self.run.get("cpus"))
         return cpus if cpus is not None and cpus > 0 else None
 
     @property
@@ -399,14 +402,9 @@ class Run:
         n = len(self.step)
         columns = self._columns
         data = columns._data
-        for key, value in metrics.items():
-            kind = type(value)
-            if kind is int:
-                try:
-                    value = float(value)
-                except OverflowError:
-                    continue
-            elif kind is not float or value - value != 0:  # not a float, or inf or NaN
+        for key, raw in metrics.items():
+            value = finite(raw)
+            if value is None:
                 continue
             stored = data.get(key)
             if stored is None:
@@ -431,8 +429,8 @@ class Run:
     def _sample(
         self, time: Any, monotonic: Any, step: Any, node: Optional[int], recording: int
     ) -> None:
-        self.time.append(_number(time))
-        self.monotonic.append(_number(monotonic))
+        self.time.append(finite(time))
+        self.monotonic.append(finite(monotonic))
         self.step.append(_integer(step))
         self.node.append(node)
         self.recording.append(recording)
@@ -473,8 +471,6 @@ class Run:
         for key, count in other.dropped_keys.items():
             self.dropped_keys[key] = self.dropped_keys.get(key, 0) + count
         self.pad()
-        self.__dict__.pop("used_gpus", None)  # cached properties of the samples before
-        self.__dict__.pop("job_gpu_percent", None)
 
     def metrics(self, j: int) -> dict[str, float]:
         """Sample ``j``'s metrics, as a dict (the keys it has)."""
@@ -519,54 +515,6 @@ class Run:
         if len(nodes) <= 1:
             return [(nodes[0] if nodes else None, self)]
         return [(k, self.select([j for j, n in enumerate(self.node) if n == k])) for k in nodes]
-
-    @cached_property
-    def used_gpus(self) -> dict[str, list[bool]]:
-        """For each GPU index the job uses at some point: whether it does in each sample.
-
-        The job uses GPU ``i`` in a sample that has a ``gpu.process.{i}.*`` key.
-        """
-        used: dict[str, list[bool]] = {}
-        full: set[str] = set()  # GPUs the job uses in every sample: no more keys to look at
-        columns = self.columns
-        for key in columns:  # a column is made only where it is looked at
-            gpu = gpu_key(key)
-            if gpu is None or not gpu.process or gpu.i in full:
-                continue
-            if columns.full(key):
-                used[gpu.i] = [True] * len(self)
-                full.add(gpu.i)
-                continue
-            flags = used.setdefault(gpu.i, [False] * len(self))
-            for j in columns.samples(key):
-                flags[j] = True
-        return used
-
-    @cached_property
-    def job_gpu_percent(self) -> list[Optional[float]]:
-        """Per sample, the mean ``gpu.{i}.gpu`` (%) over the GPUs the job uses in it."""
-        out: list[Optional[float]] = [None] * len(self)
-        counts = [0] * len(self)
-        for i, flags in self.used_gpus.items():
-            column = self.columns.get(f"gpu.{i}.gpu")
-            if column is None:
-                continue
-            for j, v in enumerate(column):
-                if flags[j] and v == v:
-                    total = out[j]
-                    out[j] = v if total is None else total + v
-                    counts[j] += 1
-        return [None if t is None else t / c for t, c in zip(out, counts)]
-
-    def span(self, samples: Sequence[int]) -> Optional[Span]:
-        """The first and last step of ``samples``, or their first and last time."""
-        steps = [s for j in samples if (s := self.step[j]) is not None]
-        if samples and len(steps) == len(samples):
-            return Span("step", min(steps), max(steps))
-        times = [t for j in samples if (t := self.time[j]) is not None]
-        if samples and len(times) == len(samples):
-            return Span("time", min(times), max(times))
-        return None
 
 
 @dataclass(frozen=True)
@@ -752,7 +700,7 @@ def _rest(
         elif raw.startswith(b'{"time":'):
             if first is None:
                 data = _parse(raw, fast)
-                first = _number(data.get("time")) if isinstance(data, dict) else None
+                first = finite(data.get("time")) if isinstance(data, dict) else None
             last_line = raw
         if len(raw) > MAX_LINE_BYTES:  # too long: skip to the end of the line
             while raw and not raw.endswith(b"\n"):
@@ -760,7 +708,7 @@ def _rest(
         raw = file.readline(MAX_LINE_BYTES + 1)
     if lines and first is not None:
         data = _parse(last_line, fast)
-        last = _number(data.get("time")) if isinstance(data, dict) else None
+        last = finite(data.get("time")) if isinstance(data, dict) else None
     return lines, runs, first, last
 
 

@@ -1,7 +1,7 @@
 """A key's mean over a run's samples, each sample counted as the key's description says.
 
-The one home of the rule the monitor's readers follow live (:meth:`Reader.fold
-<sysmetrics.reader.Reader.fold>` with :attr:`StepCollector.weights
+The one home of the rule the monitor's readers follow live (:meth:`Reader._fold
+<sysmetrics.reader.Reader._fold>` with :attr:`StepCollector.weights
 <sysmetrics.steptime.StepCollector.weights>`), for a run file: the report's summary
 table and the findings average a key with :func:`weighted_mean`, so the page's table
 and its findings say the same number.
@@ -15,11 +15,12 @@ samples' ``step`` marks (their growth), and for those steps' seconds (steps time
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Optional
 
 from sysmetrics.descriptions import Weight, weight
 from sysmetrics.runfile import Run
+from sysmetrics.runview import RunView
 
 _NAN = float("nan")
 _PER_STEP = "step.seconds"  # the step key every sample that closed a step has
@@ -38,16 +39,34 @@ def sample_weights(run: Run, how: Weight) -> list[float]:
     with no ``step.seconds`` at all (a file another tool wrote, a gather's node without
     it) says nothing of its steps: 1 each, as the readers count a key given no weight.
     """
-    n = len(run)
     per_step = run.columns.get(_PER_STEP)
     if how == "sample" or per_step is None:
+        return [1.0] * len(run)
+    segment = RunView(run).segment  # the recordings, as every reader tells them apart
+    return row_weights(run.step, per_step, list(zip(run.node, segment)), how)
+
+
+def row_weights(
+    steps: Sequence[Optional[int]],
+    per_step: Sequence[float],
+    parts: Optional[Sequence[Hashable]],
+    how: Weight,
+) -> list[float]:
+    """:func:`sample_weights` of rows: their ``steps``, ``step.seconds`` (NaN: none), parts.
+
+    ``parts`` says which rows share a step count (a node's recording; None: all do).
+    The one rule, for a run file's samples and for the live store's rows (which folds
+    the ``step.*`` keys of two rows by these weights).
+    """
+    n = len(steps)
+    if how == "sample":
         return [1.0] * n
-    steps = [_NAN] * n
+    out = [_NAN] * n
     timed = []
-    previous: dict[tuple[Optional[int], int], int] = {}  # each node's recording's last step
-    marked: dict[tuple[Optional[int], int], int] = {}  # ... at any sample, before the first
+    previous: dict[Hashable, int] = {}  # each node's recording's last step
+    marked: dict[Hashable, int] = {}  # ... at any sample, before the first
     for j in range(n):
-        here, part = run.step[j], (run.node[j], run.recording[j])
+        here, part = steps[j], None if parts is None else parts[j]
         if per_step[j] != per_step[j]:  # NaN: no step closed here
             if here is not None and part not in previous:
                 marked[part] = here
@@ -55,17 +74,17 @@ def sample_weights(run: Run, how: Weight) -> list[float]:
         timed.append(j)
         before = previous.get(part, marked.get(part))
         if before is not None and here is not None and here > before:
-            steps[j] = float(here - before)
+            out[j] = float(here - before)
         if here is not None:
             previous[part] = here
-    known = [steps[j] for j in timed if steps[j] == steps[j]]
+    known = [out[j] for j in timed if out[j] == out[j]]
     fill = statistics.median(known) if known else 1.0
     for j in timed:
-        if steps[j] != steps[j]:
-            steps[j] = fill
+        if out[j] != out[j]:
+            out[j] = fill
     if how == "steps":
-        return steps
-    return [s * per_step[j] if s == s else _NAN for j, s in enumerate(steps)]
+        return out
+    return [s * per_step[j] if s == s else _NAN for j, s in enumerate(out)]
 
 
 def weighted_mean(run: Run, key: str, samples: Optional[Iterable[int]] = None) -> float:

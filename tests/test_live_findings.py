@@ -497,3 +497,34 @@ def test_an_evaluation_over_its_budget_stops_the_announcing_with_one_warning(
             wait_for(lambda: live._failed)
             live.close()
     assert len(told) == 1 and calls == ["sysmetrics-findings"]
+
+
+def test_folding_averages_step_keys_by_their_weights() -> None:
+    """Regression (issue 31): the store folded two rows' ``step.*`` keys by the samples
+    each row held, not by what the keys' descriptions weigh them by (the steps a sample
+    closed, or their seconds), so the run the rules read after a fold said another mean
+    ``step.dataWaitPercent`` (and ``step.seconds``) than the samples did."""
+    from sysmetrics.weights import weighted_mean
+
+    live, reader = fed([])
+    # Two samples before the first step closed (their step marks say where the steps
+    # start: the first step-keyed sample's steps are known, not the median's guess) ...
+    samples = [Sample(1.7e9 + j, 100.0 + j, 0, {"cpu": 50.0}) for j in range(2)]
+    step = 0
+    for j in range(2, 18):  # ... then fast samples (9 steps each, little waiting), slow ones
+        fast = j % 2 == 0
+        step += 9 if fast else 1
+        values = {"cpu": 50.0, "step.seconds": 0.1 if fast else 1.0,
+                  "step.dataWaitPercent": 10.0 if fast else 80.0}  # fmt: skip
+        samples.append(Sample(1.7e9 + j, 100.0 + j, step, values))
+    reader.feed(samples)
+    live._take()
+    store = live._store
+    header = {"pid": 1, "interval": 1.0, "cpus": 2.0}
+    keys = samples[-1].values
+    before = {key: weighted_mean(store.run(header), key) for key in keys}
+    store.fold()
+    assert store.rows < len(samples)  # folded
+    after = {key: weighted_mean(store.run(header), key) for key in keys}
+    assert after == pytest.approx(before)
+    live.close()

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 pytest.importorskip("matplotlib", reason="needs the [report] extra")
 
 from sysmetrics import _optional, report
+from sysmetrics import findings as fd
 from sysmetrics.findings import Run, read_run
 from sysmetrics.report import drawing
 from sysmetrics.runfile import read_runs
@@ -818,7 +819,10 @@ def test_cross_node_findings_come_once_above_the_nodes(
             return [Finding("straggler-node", f"node {nodes[-1]} is slow", {"node": 1.0})]
         return [Finding("memory-limit", f"node {nodes[0]} memory", {})]
 
-    monkeypatch.setattr(report.page, "findings", rules)
+    # The page's model asks for the cross-node rules alone over the whole run, and for
+    # every rule over each node's samples (issue 31: no rule runs twice on a sample).
+    monkeypatch.setattr(report.model, "node_findings", rules)
+    monkeypatch.setattr(report.model, "across_findings", rules)
     a = write_lines(tmp_path / "a.jsonl", [(n, n, {"cpu": 1.0}) for n in range(6)], node=0)
     b = write_lines(tmp_path / "b.jsonl", [(n, n, {"cpu": 1.0}) for n in range(6)], node=1)
     run = read_runs([a, b])
@@ -835,10 +839,10 @@ def test_cross_node_findings_come_once_above_the_nodes(
     ]
     marked: dict[Any, list[str]] = {}  # what each node's figures get to mark
     monkeypatch.setattr(
-        report.page,
-        "node_figures",
-        lambda run, name, x, found, across: (
-            marked.update({k: [f.rule for f in v] for k, v in found.items()}) or {}
+        report.drawing,
+        "_figures",  # what draws each node's figures (titled "..., node K")
+        lambda ax, every, name, found: (
+            marked.update({int(name.rsplit(" ", 1)[1]): [f.rule for f in found]}) or {}
         ),
     )
     report.write_report([a, b], tmp_path / "page.html")
@@ -980,7 +984,13 @@ def test_any_steps_and_gaps_give_an_ordered_axis_and_a_page(
     assert np.all(np.diff(drawn) >= 0)
     for stall in ax.stalls:
         assert 0 <= stall.first < stall.last < len(run)
-        assert stall.x1 >= stall.x0 and stall.seconds >= report.STALL_S
+        assert stall.x1 >= stall.x0 and stall.seconds >= fd.STALL_MIN_SECONDS
+    # The page's stalls are the findings' (issue 31: one detector; the findings say the
+    # MAX_STALLS longest). A stall under STALL_S is one where it is over STALL_SHARE of
+    # its recording, on the page as in the findings.
+    said = {int(f.evidence["step"]) for f in fd.findings(run) if f.rule == "stall"}
+    assert said <= {stall.step for stall in ax.stalls}
+    assert len(said) == min(len({stall.step for stall in ax.stalls}), fd.MAX_STALLS)
     page = report.render(run, "t", {}, x=x)
     assert page.endswith("</html>")
     assert report.figures(run, x=x)

@@ -39,7 +39,8 @@ from sysmetrics.findings._base import MIN_SAMPLES as MIN_SAMPLES
 from sysmetrics.findings._base import Finding as Finding
 from sysmetrics.findings._base import Rule as Rule
 from sysmetrics.findings._base import Subject as Subject
-from sysmetrics.findings._base import memo
+from sysmetrics.findings._base import memo as memo
+from sysmetrics.findings._base import view as view
 from sysmetrics.findings.cpu import CONTENTION_HOST_PERCENT as CONTENTION_HOST_PERCENT
 from sysmetrics.findings.cpu import CONTENTION_JOB_MEMORY_SHARE as CONTENTION_JOB_MEMORY_SHARE
 from sysmetrics.findings.cpu import CONTENTION_JOB_PERCENT as CONTENTION_JOB_PERCENT
@@ -151,3 +152,26 @@ def _findings(run: Run) -> list[Finding]:
                 out.append(found)
     out.extend(finding for rule in NODE_RULES for finding in rule.check(run, rule.thresholds))
     return out
+
+
+def across_findings(run: Run) -> list[Finding]:
+    """The findings of the cross-node rules (``NODE_RULES``) alone, over the whole run.
+
+    What :func:`findings` adds after each node's own: the report shows them once, above
+    the nodes, and each node's findings from :func:`findings` of that node's samples, so
+    no rule runs twice on the same samples.
+    """
+    with memo():
+        run.pad()
+        return [finding for rule in NODE_RULES for finding in rule.check(run, rule.thresholds)]
+
+
+def node_findings(run: Run) -> list[Finding]:
+    """The findings of the one-node rules (``RULES``) alone, over one node's samples.
+
+    The report's section of a node in a run of several (:func:`across_findings` says
+    the rest, once); on a run of one node :func:`findings` says the same and more.
+    """
+    with memo():
+        run.pad()
+        return [finding for rule in RULES for finding in rule.check(run, rule.thresholds)]

@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, NamedTuple, Optional, TypeVar
 
-from sysmetrics.descriptions import counter_rate, gpu_key, split_node
+from sysmetrics.descriptions import gpu_key, split_node
 from sysmetrics.runfile import Run, Span
+from sysmetrics.runview import RunView, core
 
 MIN_SAMPLES = 5  # samples (or intervals) a mean- or share-based rule needs
 EXAMPLES = Path(__file__).resolve().parent / "examples"  # <code>/fires.jsonl, quiet.jsonl
 
 DASH = "\N{EN DASH}"  # between the ends of a span, as in "steps 120-480"
 _NAN = math.nan
-_PER_CORE = "cpu.{i}.cpu_percent"
 
 
 SubjectKind = Literal["gpu", "node", "step", "resource"]
@@ -131,7 +131,13 @@ _MEMO: contextvars.ContextVar[Optional[dict[tuple[str, int], tuple[Run, Any]]]] 
 
 @contextlib.contextmanager
 def memo() -> Iterator[None]:
-    """Within it, :func:`once` makes each thing of a run once (one findings() call)."""
+    """Within it, :func:`once` makes each thing of a run once (one findings() call).
+
+    Within an outer one (the report's page, which reads the same views), the outer's.
+    """
+    if _MEMO.get() is not None:
+        yield
+        return
     token = _MEMO.set({})
     try:
         yield
@@ -151,89 +157,24 @@ def once(name: str, run: Run, make: Callable[[Run], _T]) -> _T:
     return result
 
 
+def view(run: Run) -> RunView:
+    """The run's :class:`~sysmetrics.runview.RunView`, made once within :func:`memo`."""
+    return once("view", run, RunView)
+
+
 def parts(run: Run) -> list[list[int]]:
-    """The samples of each recording of each node, in order: one clock and one step count.
-
-    Steps and monotonic clocks restart with a recording (a run file appended to), and
-    nodes' samples interleave in a file they share; every rule that compares one
-    sample with the previous one does so inside a part.
-    """
-    return once("parts", run, _parts)
-
-
-def _parts(run: Run) -> list[list[int]]:
-    out: dict[tuple[Optional[int], int], list[int]] = {}
-    for j, key in enumerate(zip(run.node, run.recording)):
-        out.setdefault(key, []).append(j)
-    return list(out.values())
-
-
-def clock(run: Run, part: Sequence[int]) -> list[Optional[float]]:
-    """Seconds of each sample of ``part``: the monotonic clock where every sample has it."""
-    mono = [run.monotonic[j] for j in part]
-    if all(t is not None for t in mono):
-        return mono
-    return [run.time[j] for j in part]
-
-
-def intervals(run: Run) -> list[Optional[float]]:
-    """For each sample, the seconds since the previous sample of its part (None: first)."""
-    out: list[Optional[float]] = [None] * len(run)
-    for part in parts(run):
-        seconds = clock(run, part)
-        for n in range(1, len(part)):
-            t0, t1 = seconds[n - 1], seconds[n]
-            if t0 is not None and t1 is not None and t1 > t0:
-                out[part[n]] = t1 - t0
-    return out
+    """The samples of each recording of each node, in order (:attr:`RunView.parts`)."""
+    return view(run).parts
 
 
 def rates(run: Run, key: str) -> list[Optional[float]]:
-    """For each sample, the counter ``key``'s rise per second since the previous sample.
-
-    None at a part's first sample and where :func:`counter_rate` says the rate is unknown.
-    """
-    column = run.columns.get(key)
-    out: list[Optional[float]] = [None] * len(run)
-    if column is None:
-        return out
-    for part in parts(run):
-        seconds = clock(run, part)
-        for n in range(1, len(part)):
-            t0, t1 = seconds[n - 1], seconds[n]
-            if t0 is not None and t1 is not None:
-                out[part[n]] = counter_rate(column[part[n - 1]], column[part[n]], t1 - t0)
-    return out
+    """For each sample, the counter ``key``'s rise per second (:meth:`RunView.rates`)."""
+    return view(run).rates(key)
 
 
 def host_cpu(run: Run) -> list[Optional[float]]:
-    """For each sample, the host's CPU busy %: the mean of its per-core ``cpu.{i}.cpu_percent``."""
-    return once("host_cpu", run, _host_cpu)
-
-
-def _host_cpu(run: Run) -> list[Optional[float]]:
-    columns = run.columns
-    cores = [key for key in columns if _core(key) is not None]  # no column made for the rest
-    if cores and columns.length == len(run) and all(columns.full(key) for key in cores):
-        n = len(cores)
-        return [sum(values) / n for values in zip(*(columns[key] for key in cores))]
-    total = [0.0] * len(run)
-    count = [0] * len(run)
-    for key in cores:
-        for j, v in enumerate(columns[key]):
-            if v == v:
-                total[j] += v
-                count[j] += 1
-    return [t / c if c else None for t, c in zip(total, count)]
-
-
-def _core(key: str) -> Optional[str]:
-    """The core index of a ``cpu.{i}.cpu_percent`` key, else None."""
-    if key.startswith("cpu.") and key.endswith(".cpu_percent"):
-        i = key[4 : -len(".cpu_percent")]
-        if i.isdigit():
-            return i
-    return None
+    """For each sample, the host's CPU busy % (:attr:`RunView.host_cpu`)."""
+    return view(run).host_cpu
 
 
 def cpus(run: Run) -> tuple[Optional[float], str]:
@@ -248,7 +189,7 @@ def cpus(run: Run) -> tuple[Optional[float], str]:
     for rec in run.recordings:
         if rec.cpus is not None:
             return rec.cpus, "run"
-    cores = {i for key in run.columns if (i := _core(key)) is not None}
+    cores = {i for key in run.columns if (i := core(key)) is not None}
     return (float(len(cores)), "cores") if cores else (None, "")
 
 
@@ -284,7 +225,7 @@ def where(run: Run, span: Optional[Span]) -> str:
         if span.first == span.last:
             return f"step {span.first:.0f}"
         return f"steps {span.first:.0f}{DASH}{span.last:.0f}"
-    start = next((t for t in run.time if t is not None), None)
+    start = view(run).start
     if start is None:
         return "the run"
     return f"{span.first - start:.0f}{DASH}{span.last - start:.0f} s into the run"

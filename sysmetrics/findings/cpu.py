@@ -13,6 +13,7 @@ from sysmetrics.findings._base import (
     host_cpu,
     mean,
     threshold,
+    view,
     where,
 )
 from sysmetrics.runfile import Run
@@ -133,7 +134,7 @@ def cpu_bound(run: Run, t: CpuBoundThresholds = CPU_BOUND) -> list[Finding]:
     if share < t.share:
         return []
     level = mean(column[j] for j in busy)
-    span = run.span(busy)
+    span = view(run).span(busy)
     return [
         Finding(
             "cpu-bound",
@@ -167,7 +168,7 @@ def single_core(run: Run, t: SingleCoreThresholds = SINGLE_CORE) -> list[Finding
     if share < t.share:
         return []
     level = mean(column[j] for j in one)
-    span = run.span(one)
+    span = view(run).span(one)
     counted = "available to the job" if source == "run" else "on the host"
     return [
         Finding(
@@ -202,7 +203,7 @@ def contention(run: Run, t: ContentionThresholds = CONTENTION) -> list[Finding]:
         if share >= t.share:
             host_mean = mean(h for j in taken if (h := host[j]) is not None)
             job_mean = mean(job[j] for j in taken)
-            span = run.span(taken)
+            span = view(run).span(taken)
             out.append(
                 Finding(
                     "contention",
@@ -232,7 +233,7 @@ def contention(run: Run, t: ContentionThresholds = CONTENTION) -> list[Finding]:
         if full:
             host_peak = max(memory[j] for j in full)
             job_mean = mean(mine[j] for j in full)
-            span = run.span(full)
+            span = view(run).span(full)
             out.append(
                 Finding(
                     "contention",

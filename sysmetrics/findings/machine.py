@@ -14,6 +14,7 @@ from sysmetrics.findings._base import (
     gpu_indices,
     rates,
     threshold,
+    view,
 )
 from sysmetrics.runfile import Run
 
@@ -131,7 +132,7 @@ def memory_limit(run: Run, t: MemoryLimitThresholds = MEMORY_LIMIT) -> list[Find
             "(its PSS, shared pages counted once, of RAM or its cgroup limit): it is "
             "close to being killed for lack of memory.",
             {"peak_percent": peak},
-            run.span(over),
+            view(run).span(over),
         )
     ]
 
@@ -148,7 +149,7 @@ def gpu_memory_limit(run: Run, t: GpuMemoryLimitThresholds = GPU_MEMORY_LIMIT) -
                     f"GPU {i}'s memory peaked at {peak:.0f} % in use: close to running "
                     "out of GPU memory.",
                     {"gpu": float(i), "peak_percent": peak},
-                    run.span(over),
+                    view(run).span(over),
                     Subject("gpu", i),
                 )
             )
@@ -180,7 +181,7 @@ def gpu_throttling(run: Run, t: GpuThrottlingThresholds = GPU_THROTTLING) -> lis
                         f"GPU {i} was slowed down by {THROTTLE_REASONS[reason]} in "
                         f"{share:.0%} of the samples.",
                         {"gpu": float(i), "share": share, "samples": float(samples)},
-                        run.span([j for j, v in enumerate(column) if v > 0]),
+                        view(run).span([j for j, v in enumerate(column) if v > 0]),
                         Subject("gpu", i, reason),
                     )
                 )
@@ -189,7 +190,7 @@ def gpu_throttling(run: Run, t: GpuThrottlingThresholds = GPU_THROTTLING) -> lis
 
 def disk_bound(run: Run, t: DiskBoundThresholds = DISK_BOUND) -> list[Finding]:
     """``disk-bound``: reading from disk fast while the job's GPUs are idle."""
-    gpus = run.job_gpu_percent
+    gpus = view(run).job_gpu_percent
     intervals = [
         (j, rate, gpu)
         for j, (rate, gpu) in enumerate(zip(rates(run, "disk.in"), gpus))
@@ -209,7 +210,7 @@ def disk_bound(run: Run, t: DiskBoundThresholds = DISK_BOUND) -> list[Finding]:
             f"below {t.gpu_percent:.0f} % busy, in {share:.0%} of the intervals: reading "
             "the data is likely the bottleneck.",
             {"read_mib_s_mean": rate_mean, "share": share, "intervals": float(len(intervals))},
-            run.span([j for j, _ in bound]),
+            view(run).span([j for j, _ in bound]),
         )
     ]
 
@@ -239,7 +240,7 @@ def swap(run: Run, t: SwapThresholds = SWAP) -> list[Finding]:
             f"Swap use rose from {first:.0f} % to {peak:.0f} % during the run: memory ran "
             "short and pages went to disk, which slows everything down.",
             {"first_percent": first, "peak_percent": peak},
-            run.span(risen),
+            view(run).span(risen),
         )
     ]
 
@@ -248,7 +249,7 @@ def unused_gpu(run: Run, t: UnusedGpuThresholds = UNUSED_GPU) -> list[Finding]:
     """``unused-gpu``: a GPU reported in the run that the job never used."""
     out = []
     for i in gpu_indices(run.columns):
-        if i in run.used_gpus:
+        if i in view(run).used_gpus:
             continue
         held = sorted(
             {j for key in run.columns if key.startswith(f"gpu.{i}.") for j in run.present(key)}
@@ -260,7 +261,7 @@ def unused_gpu(run: Run, t: UnusedGpuThresholds = UNUSED_GPU) -> list[Finding]:
                 f"{len(held)} samples); if it should have, check the device placement, "
                 "or whether NVML can see the job's processes (containers).",
                 {"gpu": float(i), "samples": float(len(held))},
-                run.span(held),
+                view(run).span(held),
                 Subject("gpu", i),
             )
         )

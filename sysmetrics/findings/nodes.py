@@ -18,13 +18,13 @@ from sysmetrics.findings._base import (
     node_runs,
     present,
     threshold,
+    view,
 )
 from sysmetrics.findings.machine import THROTTLE_REASONS, THROTTLE_SHARE, swap_rise, throttled
 from sysmetrics.findings.training import (
     INPUT_CPU_PERCENT,
     INPUT_SHARE,
     WAIT_KEY,
-    _steps,
     _wait_weights,
 )
 from sysmetrics.runfile import Run
@@ -122,7 +122,7 @@ def _finding(
         "straggler-node",
         f"Node {node} held the others back: {what}{why}.",
         {"node": float(node), **evidence, **more},
-        part.span(range(len(part))),
+        view(part).span(range(len(part))),
         Subject("node", str(node)),
     )
 
@@ -130,7 +130,7 @@ def _finding(
 def _step_seconds(part: Run, own_steps: bool) -> Optional[float]:
     """The node's median seconds per step: ``step.seconds``, else between its step changes."""
     keyed = present(part.columns.get("step.seconds"), range(len(part)))
-    values = keyed or ([p.seconds for p in _steps(part).per_step] if own_steps else [])
+    values = keyed or ([p.seconds for p in view(part).paces] if own_steps else [])
     return statistics.median(values) if len(values) >= MIN_SAMPLES else None
 
 
@@ -212,7 +212,7 @@ def _machine_outlier(nodes: dict[int, Run], t: StragglerThresholds) -> list[Find
                         f"{abs(value - median):.0f} points {side} the median node "
                         f"({median:.0f} %): it may hold the others back or do different work.",
                         {"node": float(node), "mean_percent": value, "median_percent": median},
-                        nodes[node].span(range(len(nodes[node]))),
+                        view(nodes[node]).span(range(len(nodes[node]))),
                         Subject("node", str(node), kind),
                     )
                 )

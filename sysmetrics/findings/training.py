@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import Optional
 
 from sysmetrics.descriptions import family, split_node, weight
 from sysmetrics.findings._base import (
@@ -18,20 +18,19 @@ from sysmetrics.findings._base import (
     Finding,
     Rule,
     Subject,
-    clock,
     cpus,
     duration,
     gpu_indices,
     mean,
-    once,
-    parts,
     present,
     rates,
     threshold,
+    view,
     where,
 )
 from sysmetrics.findings.machine import DISK_READ_MIB_S, SWAP_KEY, THROTTLE_REASONS
 from sysmetrics.runfile import Run, Span
+from sysmetrics.runview import Pace
 from sysmetrics.weights import sample_weights, weighted_mean
 
 WAIT_KEY = "step.dataWaitPercent"
@@ -175,88 +174,9 @@ STALL = StallThresholds()
 SLOW_STEPS = SlowStepsThresholds()
 
 
-class _Stretch(NamedTuple):
-    """Samples of one part where the step stayed at ``step``: ``first``..``last``."""
-
-    step: int
-    first: int  # the first sample with the step
-    last: int  # the last sample with it
-    seconds: float  # from the first to the last: it did not advance for at least this
-    part_seconds: float  # the part's duration
-    ended: bool  # the part ended in it
-
-
-class _Pace(NamedTuple):
-    """The seconds per step from one step change to the next, in the samples' steps."""
-
-    first: int  # the sample where the step appeared (its step is the one timed)
-    covered: list[int]  # the samples whose metrics cover that time (after first, to the next)
-    seconds: float  # s per step: at most this (from its first sample to the next step's)
-    least: float  # s per step at least (to the last sample with the step)
-
-
-class _Steps(NamedTuple):
-    stretches: list[_Stretch]
-    per_step: list[_Pace]
-
-
-def _steps(run: Run) -> _Steps:
-    """The stretches of unchanged step and the seconds per step between changes (one pass)."""
-    return once("steps", run, _make_steps)
-
-
-def _make_steps(run: Run) -> _Steps:
-    stretches: list[_Stretch] = []
-    per_step: list[_Pace] = []
-    for part in parts(run):
-        # (position in the part, step, seconds) of the samples with a step and a clock
-        known = [
-            (n, step, t)
-            for n, (j, t) in enumerate(zip(part, clock(run, part)))
-            if (step := run.step[j]) is not None and t is not None
-        ]
-        if not known:
-            continue
-        total = known[-1][2] - known[0][2]
-        first = prev = known[0]
-        for item in known[1:]:
-            n, step, t = item
-            if step != first[1]:
-                seconds = prev[2] - first[2]
-                stretches.append(
-                    _Stretch(first[1], part[first[0]], part[prev[0]], seconds, total, False)
-                )
-                if step > first[1] and t > first[2]:
-                    pace = (t - first[2]) / (step - first[1])
-                    least = (prev[2] - first[2]) / (step - first[1])
-                    covered = part[first[0] + 1 : n + 1]
-                    per_step.append(_Pace(part[first[0]], covered, pace, least))
-                first = item
-            prev = item
-        seconds = prev[2] - first[2]
-        stretches.append(_Stretch(first[1], part[first[0]], part[prev[0]], seconds, total, True))
-    return _Steps(stretches, per_step)
-
-
-def _stalled(
-    seconds: float, part_seconds: float, median: Optional[float], t: StallThresholds = STALL
-) -> bool:
-    """Whether ``seconds`` without a new step is a stall (see the thresholds)."""
-    if median is not None and seconds < t.step_times * median:
-        return False
-    return seconds >= t.seconds or (seconds >= t.min_seconds and seconds >= t.share * part_seconds)
-
-
-def _median_step(run: Run, steps: _Steps) -> Optional[float]:
-    """The run's median seconds per step: of ``step.seconds``, else between step changes."""
-    keyed = present(run.columns.get("step.seconds"), range(len(run)))
-    values = keyed or [p.seconds for p in steps.per_step]
-    return statistics.median(values) if values else None
-
-
 def _machine(run: Run, samples: Sequence[int]) -> tuple[float, float]:
     """The job's mean ``cpu`` and mean GPU utilization over ``samples`` (NaN: unknown)."""
-    gpus = run.job_gpu_percent
+    gpus = view(run).job_gpu_percent
     return (
         mean(present(run.columns.get("cpu"), samples)),
         mean(g for j in samples if (g := gpus[j]) is not None),
@@ -265,16 +185,16 @@ def _machine(run: Run, samples: Sequence[int]) -> tuple[float, float]:
 
 def stall(run: Run, t: StallThresholds = STALL) -> list[Finding]:
     """``stall``: the step did not advance for a long time, and what the job did meanwhile."""
-    steps = _steps(run)
-    median = _median_step(run, steps)
-    found = [s for s in steps.stretches if _stalled(s.seconds, s.part_seconds, median, t)]
-    longest = sorted(found, key=lambda s: -s.seconds)[: int(t.max_stalls)]
+    seen = view(run)
+    median = seen.median_step
+    longest = sorted(seen.stalls(t), key=lambda s: -s.seconds)[: int(t.max_stalls)]
     found = sorted(longest, key=lambda s: s.first)
-    start = next((t for t in run.time if t is not None), None)
+    start = seen.start
+    segment = seen.segment
     out = []
     for s in found:
-        mine = (run.node[s.first], run.recording[s.first])  # its part's samples only
-        samples = [j for j in range(s.first, s.last + 1) if (run.node[j], run.recording[j]) == mine]
+        mine = (run.node[s.first], segment[s.first])  # its part's samples only
+        samples = [j for j in range(s.first, s.last + 1) if (run.node[j], segment[j]) == mine]
         # The first sample's values cover the time before it, when the step still moved.
         cpu, gpu = _machine(run, samples[1:] or samples)
         r = run.recording[s.first]
@@ -284,8 +204,8 @@ def stall(run: Run, t: StallThresholds = STALL) -> list[Finding]:
         )
         evidence = {
             "step": float(s.step),
-            "seconds": s.seconds,
-            "share": s.seconds / s.part_seconds if s.part_seconds > 0 else 1.0,
+            "seconds": s.held,
+            "share": s.held / s.part_seconds if s.part_seconds > 0 else 1.0,
             "ended_stalled": float(s.ended and not finished),
         }
         if median is not None:
@@ -327,10 +247,10 @@ def stall(run: Run, t: StallThresholds = STALL) -> list[Finding]:
         out.append(
             Finding(
                 "stall",
-                f"The step stayed at {s.step} for {duration(s.seconds)} "
+                f"The step stayed at {s.step} for {duration(s.held)} "
                 f"({evidence['share']:.0%} of the run{into}){ending}{meanwhile}.",
                 evidence,
-                run.span(samples),
+                view(run).span(samples),
                 Subject("step", str(s.step)),
             )
         )
@@ -397,17 +317,14 @@ def _coincided(
 def slow_steps(run: Run, t: SlowStepsThresholds = SLOW_STEPS) -> list[Finding]:
     """``slow-steps``: steps much slower than the run's median, and what coincided."""
     column = run.columns.get("step.seconds")
-    paces: list[_Pace]
+    paces: list[Pace]
     if column is not None and any(v == v for v in column):
-        paces = [_Pace(j, [j], v, v) for j, v in enumerate(column) if v == v]
+        paces = [Pace(j, [j], v, v) for j, v in enumerate(column) if v == v]
         source = "samples"
     else:
-        steps = _steps(run)
-        median_step = _median_step(run, steps)
-        stalls = {
-            s.first for s in steps.stretches if _stalled(s.seconds, s.part_seconds, median_step)
-        }
-        paces = [p for p in steps.per_step if p.first not in stalls]  # the stall rule's
+        seen = view(run)
+        stalls = {s.first for s in seen.stalls(STALL)}  # the stall rule's
+        paces = [p for p in seen.paces if p.first not in stalls]
         source = "step changes of the samples"
     # Each recording's first steps are its warm-up (compilation, the first batch, the
     # workers starting): never slow steps.
@@ -432,7 +349,7 @@ def slow_steps(run: Run, t: SlowStepsThresholds = SLOW_STEPS) -> list[Finding]:
     rest = [j for p in paces for j in p.covered if j not in chosen]
     slowest = max(p.least for p in slow)
     said, evidence = _coincided(run, during, rest, t)
-    span = run.span([p.first for p in slow])
+    span = view(run).span([p.first for p in slow])
     coincided = f"; at the same time: {'; '.join(said)}" if said else ""
     return [
         Finding(
@@ -508,7 +425,7 @@ def input_bound(run: Run, t: InputBoundThresholds = INPUT_BOUND) -> list[Finding
         )
     else:
         cause = ""
-    span = run.span(samples)
+    span = view(run).span(samples)
     return [
         Finding(
             "input-bound",
@@ -535,7 +452,7 @@ def _input_bound_machine(run: Run, t: InputBoundThresholds) -> list[Finding]:
         return []
     pairs = [
         (j, gpu, cpu[j])
-        for j, gpu in enumerate(run.job_gpu_percent)
+        for j, gpu in enumerate(view(run).job_gpu_percent)
         if gpu is not None and cpu[j] == cpu[j]
     ]
     if len(pairs) < MIN_SAMPLES:
@@ -557,7 +474,7 @@ def _input_bound_machine(run: Run, t: InputBoundThresholds) -> list[Finding]:
                 "cpu_saturated_share": share,
                 "samples": float(len(pairs)),
             },
-            run.span(busy),
+            view(run).span(busy),
         )
     ]
 
@@ -594,11 +511,14 @@ STALL_RULE = Rule(
     check=stall,
     why="A hang (a collective waiting for a peer, a deadlock) burns the allocation doing "
     "nothing; work outside the steps (evaluation, checkpoints) is time not training.",
-    how="from the samples' `step` and clock, per recording and node: a step held from the "
-    "first to the last sample that has it for at least `seconds`, or for at least `share` "
-    "of the recording and at least `min_seconds`; either way at least `step_times` times "
-    "the run's median seconds per step (of `step.seconds`, else between step changes), so "
-    "steadily slow steps are none. The job's mean `cpu` and GPU utilization over it: both "
+    how="from the samples' `step` and clock, per recording and node (the run's view: the "
+    "one stall detector, which the report's page draws too): from the sample where a step "
+    "was first seen to the one where the next step was (or to the recording's last "
+    "sample), at least `seconds`, or at least `share` of the recording and at least "
+    "`min_seconds`; either way at least `step_times` times the run's median seconds per "
+    "step (of `step.seconds`, else between step changes) per step advanced, so steadily "
+    "slow steps are none. Its `seconds` are to the step's last sample (the time it "
+    "certainly held). The job's mean `cpu` and GPU utilization over it: both "
     'below `idle_percent`: "a hang or a deadlock"; else work outside the steps '
     "(evaluation, checkpoint) or a busy wait. A run that ends while stalled is one too: "
     "`ended_stalled` = 1 where its `end` line says it did not finish (killed, failed, "

@@ -20,7 +20,9 @@ left out of the figures and marked so in the table.
 
 The package, by concern (each name below is importable from ``sysmetrics.report``):
 :mod:`~sysmetrics.report.data` (a run's keys as :class:`Series`, summary rows, the x axis
-and its stalls), :mod:`~sysmetrics.report.drawing` (the figures),
+and its stalls), :mod:`~sysmetrics.report.model` (the page as one frozen model, built
+once from the run's views and findings: what the page, the figures and the JSON
+render), :mod:`~sysmetrics.report.drawing` (the figures),
 :mod:`~sysmetrics.report.page` (the HTML page, :func:`write_report`, :func:`json_report`)
 and :mod:`~sysmetrics.report.document` (the JSON document); here, the command line
 (:func:`add_parser`, :func:`report_command`).
@@ -34,6 +36,7 @@ import sys
 from typing import Any
 
 from sysmetrics.report import drawing
+from sysmetrics.report import model as model
 from sysmetrics.report.data import (
     AXES,
     GAP_INTERVALS,
@@ -71,8 +74,10 @@ from sysmetrics.report.drawing import (
     node_figures,
     node_label,
     nodes_speed_png,
+    page_figures,
     point_marker,
 )
+from sysmetrics.report.model import NodePage, Page, build
 from sysmetrics.report.page import (
     CROSS_NODE_RULES,
     MAX_COMMAND_CHARS,
@@ -81,6 +86,7 @@ from sysmetrics.report.page import (
     ending,
     json_report,
     render,
+    render_page,
     run_findings,
     stall_sentence,
     write_report,
@@ -113,11 +119,14 @@ __all__ = [
     "STALL_S",
     "TRAINING",
     "Axis",
+    "NodePage",
+    "Page",
     "Row",
     "Series",
     "Stall",
     "add_parser",
     "axis",
+    "build",
     "ending",
     "figure_png",
     "figures",
@@ -127,8 +136,10 @@ __all__ = [
     "node_figures",
     "node_label",
     "nodes_speed_png",
+    "page_figures",
     "point_marker",
     "render",
+    "render_page",
     "report_command",
     "run_findings",
     "segments",

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from sysmetrics.descriptions import describe, family, gpu_key, split_node, weight
 from sysmetrics.findings import STALL_SECONDS, STALL_STEP_TIMES
+from sysmetrics.findings.training import STALL
 from sysmetrics.runfile import Run
+from sysmetrics.runview import GAP_INTERVALS as GAP_INTERVALS
+from sysmetrics.runview import GAP_S as GAP_S
+from sysmetrics.runview import RunView, Stretch
+from sysmetrics.runview import segments as segments
 from sysmetrics.weights import weighted_mean
 
 if TYPE_CHECKING:
@@ -165,75 +170,38 @@ def _display(key: str, values: np.ndarray[Any, Any]) -> tuple[str, float, bool]:
     return unit, 1.0, False
 
 
-def _clock(run: Run) -> np.ndarray[Any, Any]:
-    """Seconds since the first sample, per sample (monotonic clock, else wall time)."""
-    import numpy as np
-
-    monotonic = [math.nan if v is None else v for v in run.monotonic]
-    wall = [math.nan if v is None else v for v in run.time]
-    clock = np.array(monotonic if not any(v != v for v in monotonic) else wall, dtype=float)
-    known = clock[~np.isnan(clock)]
-    return clock - known[0] if known.size else np.arange(len(run), dtype=float)
-
-
-GAP_INTERVALS = 10.0  # a gap this many median intervals long (and over GAP_S) ...
-GAP_S = 5.0  # ... or a clock that goes back starts a new recording
-
-
 def starts(run: Run) -> list[int]:
     """The first sample of each recording in ``run`` (several were appended to its file).
 
     From the recordings' ``run`` lines where the file has them; in a file written before
-    those markers existed, guessed from the clock (:func:`segments`).
+    those markers existed, guessed from the clock (:func:`segments`): the view's
+    (:attr:`RunView.starts <sysmetrics.runview.RunView.starts>`).
     """
-    if not run.recordings:
-        return segments(_clock(run))
-    rec = run.recording
-    return [0, *(j for j in range(1, len(rec)) if rec[j] != rec[j - 1])] if rec else [0]
-
-
-def segments(seconds: np.ndarray[Any, Any]) -> list[int]:
-    """The first sample of each recording in a run file without ``run`` lines: a guess.
-
-    A recording starts where the clock goes back (another boot) or after a gap longer
-    than ``GAP_INTERVALS`` median intervals and ``GAP_S`` seconds.
-    """
-    import numpy as np
-
-    dt = np.diff(seconds)
-    if not dt.size:
-        return [0]
-    known = dt[dt > 0]
-    median = float(np.median(known)) if known.size else 0.0
-    with np.errstate(invalid="ignore"):
-        breaks = (dt <= 0) | (dt > max(GAP_INTERVALS * median, GAP_S))
-    return [0, *(int(i) + 1 for i in np.flatnonzero(breaks))]
+    return RunView(run).starts
 
 
 def timing(run: Run) -> tuple[float, Optional[float]]:
-    """The run's duration and its interval, in s.
+    """The run's duration and its interval, in s (:attr:`RunView.duration`, ``.interval``).
 
     The duration is its recordings' without the gaps between them, the interval the median
     time between two samples of a recording (None with fewer than 2).
     """
+    seen = RunView(run)
+    return seen.duration, seen.interval
+
+
+def series(run: Run, seen: Optional[RunView] = None) -> list[Series]:
+    """The run's keys as :class:`Series`, grouped, in reading order (see the package).
+
+    ``seen`` is the run's view where the caller has it: its clock and recordings give
+    each counter's rate (vectorized: the rule of :func:`counter_rate`).
+    """
     import numpy as np
 
-    seconds = _clock(run)
-    first = starts(run)
-    bounds = [*first, len(seconds)]
-    duration = sum(float(seconds[b - 1] - seconds[a]) for a, b in zip(bounds, bounds[1:]) if b > a)
-    inside = np.delete(np.diff(seconds), [i - 1 for i in first[1:]])
-    inside = inside[inside > 0]
-    return duration, float(np.median(inside)) if inside.size else None
-
-
-def series(run: Run) -> list[Series]:
-    """The run's keys as :class:`Series`, grouped, in reading order (see the package)."""
-    import numpy as np
-
-    seconds = _clock(run)
+    seen = RunView(run) if seen is None else seen
+    seconds = _seconds(seen)
     dt = np.diff(seconds)
-    dt[[i - 1 for i in starts(run)[1:]]] = np.nan  # no rate across recordings
+    dt[[i - 1 for i in seen.starts[1:]]] = np.nan  # no rate across recordings
     out: list[Series] = []
     collapsed: dict[str, list[np.ndarray[Any, Any]]] = {}
     for key in sorted(run.columns):
@@ -328,9 +296,9 @@ def summary(all_series: Sequence[Series]) -> list[Row]:
     return rows[:MAX_ROWS]
 
 
-# The stall rule's thresholds (their home is sysmetrics.findings), so the stretches drawn
-# as stalls are the ones the findings call stalls: at least this long ...
-STALL_S = STALL_SECONDS
+# The stall rule's thresholds (their home is sysmetrics.findings; the view's one detector
+# reads them), so the stretches drawn as stalls are the ones the findings call stalls.
+STALL_S = STALL_SECONDS  # s without a new step (or a share of the recording, see the rule)
 STALL_FACTOR = STALL_STEP_TIMES  # ... and this many times the run's median s per step
 STALL_MIN_WIDTH = 0.05  # a stall is drawn at least this share of the steps' range wide ...
 STALL_MAX_WIDTH = 0.25  # ... and at most this share (on the step axis)
@@ -422,107 +390,90 @@ class Axis:
 AXES = ("step", "time")  # what --x chooses from
 
 
-def axis(run: Run, x: str = "step") -> Axis:
+def axis(run: Run, x: str = "step", seen: Optional[RunView] = None) -> Axis:
     """The step axis where the run has steps that never go back, elapsed time otherwise.
 
-    ``x="time"`` asks for elapsed time whatever the run has.
-    On the step axis a sample is placed by its time between the samples where a step was
-    first seen, so slow steps spread their samples out instead of stacking them. A stretch
-    without a new step that lasts at least ``STALL_S`` and ``STALL_FACTOR`` times the
-    run's median seconds per step is a stall (:class:`Stall`, on either axis): on the step
-    axis it gets a width of its own (its seconds over the median seconds per step, between
+    ``x="time"`` asks for elapsed time whatever the run has; ``seen`` is the run's view
+    where the caller has it. On the step axis a sample is placed by its time between the
+    samples where a step was first seen, so slow steps spread their samples out instead
+    of stacking them. The stalls (:class:`Stall`, on either axis) are the view's
+    (:meth:`RunView.stalls <sysmetrics.runview.RunView.stalls>` at the ``stall`` rule's
+    thresholds: the stretches the findings call stalls): on the step axis each gets a
+    width of its own (its seconds over the run's median seconds per step, between
     ``STALL_MIN_WIDTH`` and ``STALL_MAX_WIDTH`` of the steps' range), its samples spread
     over it by time, instead of being squeezed into one step; so does a run that ends
-    stalled. A shorter tail after the last step (the run winding down) is not drawn on the
-    step axis: only its first median step's time, the last step's own.
+    stalled. A tail after the last step that is no stall (the run winding down) is not
+    drawn on the step axis: only its first median step's time, the last step's own.
     """
     import numpy as np
 
     if x not in AXES:
         raise ValueError(f"x={x!r} is invalid: use one of {', '.join(AXES)}")
-    seconds = _clock(run)
-    begins = tuple(starts(run))
+    seen = RunView(run) if seen is None else seen
+    seconds = _seconds(seen)
+    begins = tuple(seen.starts)
     steps = np.array([math.nan if s is None else s for s in run.step], dtype=float)
     epoch = np.array([math.nan if t is None else t for t in run.time], dtype=float)
-    found = _steps_seen(seconds, steps, begins)
+    stalls = seen.stalls(STALL)
+    found = _steps_seen(seen, seconds, steps)
     if found is not None and x == "step":
-        return _step_axis(seconds, steps, epoch, begins, *found)
+        return _step_axis(seconds, steps, epoch, begins, stalls, *found)
     span = float(np.nanmax(seconds)) if len(seconds) else 0.0
     scale, unit = (3600.0, "h") if span > 7200 else (60.0, "min") if span > 120 else (1.0, "s")
     timed = seconds / scale
-    stalls: tuple[Stall, ...] = ()
-    if found is not None:
-        first, _per_step, stalled, tail = found
-        stalls = _stalls(first, stalled, tail, len(seconds), steps, seconds, timed)
-    return Axis(timed, f"elapsed time ({unit})", 0, begins, stalls, 0, (), steps, epoch)
+    placed = _stalls(stalls, seconds, timed)
+    return Axis(timed, f"elapsed time ({unit})", 0, begins, placed, 0, (), steps, epoch)
+
+
+def _seconds(seen: RunView) -> np.ndarray[Any, Any]:
+    """Seconds since the first sample, per sample, on the view's clock (:attr:`RunView.clock`)."""
+    import numpy as np
+
+    clock = np.array([math.nan if v is None else v for v in seen.clock], dtype=float)
+    known = clock[~np.isnan(clock)]
+    return clock - known[0] if known.size else np.arange(len(seen), dtype=float)
 
 
 def _steps_seen(
-    seconds: np.ndarray[Any, Any], steps: np.ndarray[Any, Any], begins: Sequence[int]
-) -> Optional[tuple[np.ndarray[Any, Any], float, np.ndarray[Any, Any], bool]]:
-    """Where steps were first seen and the stalls; None where the run has no step axis.
+    seen: RunView, seconds: np.ndarray[Any, Any], steps: np.ndarray[Any, Any]
+) -> Optional[tuple[np.ndarray[Any, Any], float]]:
+    """Where steps were first seen (the view's stretches) and the median s per step.
 
-    Also the median seconds per step, which stretches between the first-seen samples are
-    stalls, and whether the tail after the last one is.
+    None where the run has no step axis: fewer than two steps, steps that go back, or a
+    clock that does not advance from one first-seen step to the next.
     """
     import numpy as np
 
     known = ~np.isnan(steps)
     if known.sum() < 2 or not np.all(np.diff(steps[known]) >= 0) or np.ptp(steps[known]) <= 0:
         return None
-    first = np.flatnonzero(known & np.concatenate(([True], steps[1:] != steps[:-1])))
-    first = first[~np.isnan(seconds[first])]
+    first = np.array(sorted({s.first for s in seen.stretches}), dtype=int)
     if first.size < 2 or not np.all(np.diff(seconds[first]) > 0):
         return None
-    dt, ds = np.diff(seconds[first]), np.diff(steps[first])
-    recording = np.searchsorted(np.asarray(begins), np.arange(len(seconds)), side="right")
-    inside = recording[first[:-1]] == recording[first[1:]]  # no stall across recordings
-    per_step = float(np.median((dt / ds)[inside] if inside.any() else dt / ds))
-    stalled = inside & (dt >= STALL_S) & (dt >= STALL_FACTOR * per_step * ds)
-    timed = np.flatnonzero(~np.isnan(seconds))
-    end = int(timed[-1])
-    tail = float(seconds[end] - seconds[first[-1]])
-    tail_stalled = (
-        recording[end] == recording[first[-1]]
-        and tail >= STALL_S
-        and tail >= STALL_FACTOR * per_step
-    )
-    return first, per_step, stalled, bool(tail_stalled)
+    per_step = seen.pace_median
+    if per_step is None:
+        dt, ds = np.diff(seconds[first]), np.diff(steps[first])
+        per_step = float(np.median(dt / np.where(ds > 0, ds, 1.0)))
+    return first, per_step
 
 
 def _stalls(
-    first: np.ndarray[Any, Any],
-    stalled: np.ndarray[Any, Any],
-    tail: bool,
-    n: int,
-    steps: np.ndarray[Any, Any],
-    seconds: np.ndarray[Any, Any],
-    x: np.ndarray[Any, Any],
+    stalls: Sequence[Stretch], seconds: np.ndarray[Any, Any], x: np.ndarray[Any, Any]
 ) -> tuple[Stall, ...]:
-    """The stalls of :func:`_stall_pairs`, placed at ``x`` on the figures' axis."""
+    """The view's stalls, placed at ``x`` on the figures' axis."""
     return tuple(
         Stall(
-            a,
-            b,
-            int(steps[a]),
-            None if end else int(steps[b]),
-            float(seconds[b] - seconds[a]),
-            float(seconds[a]),
-            float(x[a]),
-            float(x[b]),
+            s.first,
+            s.end,
+            s.step,
+            s.next_step,
+            s.seconds,
+            float(seconds[s.first]),
+            float(x[s.first]),
+            float(x[s.end]),
         )
-        for a, b, end in _stall_pairs(first, stalled, tail, n)
+        for s in stalls
     )
-
-
-def _stall_pairs(
-    first: np.ndarray[Any, Any], stalled: np.ndarray[Any, Any], tail: bool, n: int
-) -> list[tuple[int, int, bool]]:
-    """Each stall's first and last sample, and whether it ends the run."""
-    pairs = [(int(first[i]), int(first[i + 1]), False) for i in range(len(stalled)) if stalled[i]]
-    if tail:
-        pairs.append((int(first[-1]), n - 1, True))
-    return pairs
 
 
 def _step_axis(
@@ -530,13 +481,15 @@ def _step_axis(
     steps: np.ndarray[Any, Any],
     epoch: np.ndarray[Any, Any],
     begins: tuple[int, ...],
+    stalls: Sequence[Stretch],
     first: np.ndarray[Any, Any],
     per_step: float,
-    stalled: np.ndarray[Any, Any],
-    tail: bool,
 ) -> Axis:
     import numpy as np
 
+    pairs = {(s.first, s.end) for s in stalls if not s.ended}
+    stalled = [(int(a), int(b)) in pairs for a, b in zip(first, first[1:])]
+    tail = any(s.ended and s.first == int(first[-1]) for s in stalls)
     t, s = seconds[first], steps[first]
     extent = max(1.0, float(s[-1] - s[0]))
 
@@ -553,7 +506,6 @@ def _step_axis(
             shifts.append((float(s[i]), extra))
         knots_x.append(knots_x[-1] + ds + extra)
     knots_t = list(t)
-    last = len(seconds) - 1
     if tail:  # the run ended stalled: the tail gets its width
         end = float(np.nanmax(seconds))
         knots_t.append(end)
@@ -569,8 +521,8 @@ def _step_axis(
         beyond = seconds > cut
     x[beyond] = np.nan
     x[np.isnan(seconds)] = np.nan
-    stalls = _stalls(first, stalled, tail, last + 1, steps, seconds, x)
-    return Axis(x, "step", int(first[0]), begins, stalls, int(beyond.sum()), tuple(shifts),
+    placed = _stalls(stalls, seconds, x)
+    return Axis(x, "step", int(first[0]), begins, placed, int(beyond.sum()), tuple(shifts),
                 steps, epoch)  # fmt: skip
 
 

@@ -30,6 +30,8 @@ from sysmetrics.runfile import Run, Span
 if TYPE_CHECKING:
     import numpy as np
 
+    from sysmetrics.report.model import Page
+
 MAX_POINTS = 1500  # points drawn per series at most: longer runs are drawn as bins
 MAX_SERIES = 8  # series drawn per panel at most (the rest are in the table)
 MAX_PANELS = 8  # panels (one per unit) per figure at most
@@ -359,8 +361,15 @@ def figures(
     training figure where the run has step keys).
     """
     ax = axis(run, x)
-    groups: dict[str, list[Series]] = {}
     every = series(run) if all_series is None else all_series
+    return _figures(ax, every, name, found)
+
+
+def _figures(
+    ax: Axis, every: Sequence[Series], name: str, found: Optional[Sequence[Any]]
+) -> dict[str, bytes]:
+    """:func:`figures` of a node's ``every`` series, on its axis ``ax``."""
+    groups: dict[str, list[Series]] = {}
     pss = any(s.label.startswith(_PSS) for s in every)
     for s in every:
         if pss and s.label.startswith(_RSS):
@@ -380,14 +389,19 @@ ALL_NODES = "all nodes"  # the name of the figure comparing the nodes' speed
 
 
 def nodes_speed_png(
-    run: Run, name: str = "", x: str = "step", found: Sequence[Any] = ()
+    run: Run,
+    name: str = "",
+    x: str = "step",
+    found: Sequence[Any] = (),
+    node_series: Optional[Sequence[Sequence[Series]]] = None,
 ) -> Optional[bytes]:
     """The nodes' training speed in one figure: a line per node (None without step keys).
 
     ``step.seconds`` and ``step.dataWaitPercent`` of every node, on the raw training step
     (``x="step"``, where every node has steps) or on elapsed time since the earliest
     node's first sample, so that a node that is slower, or waits longer for data, stands
-    out; ``found`` (the findings across nodes) are marked.
+    out; ``found`` (the findings across nodes) are marked. ``node_series`` holds each
+    node's series, in the order of ``run.by_node()``, where the caller has them.
     """
     import numpy as np
 
@@ -407,14 +421,14 @@ def nodes_speed_png(
         scale, unit = (3600.0, "h") if span > 7200 else (60.0, "min") if span > 120 else (1.0, "s")
         ax = Axis(seconds / scale, f"elapsed time ({unit})", 0, begins, steps=steps, epoch=epoch)
     members = []
-    owner = np.repeat(np.arange(len(nodes)), [len(part) for _, part in nodes])
-    for s in series(together):
-        if s.label not in ("step.seconds", "step.dataWaitPercent"):
-            continue
+    made = [series(part) for _, part in nodes] if node_series is None else node_series
+    for label in ("step.dataWaitPercent", "step.seconds"):  # series' order: by label
         for n, (node, _) in enumerate(nodes):
-            mine = np.where(owner == n, s.values, np.nan)
-            if (~np.isnan(mine)).any():
-                members.append(Series(TRAINING, f"{node_label(node)} {s.label}", s.unit, mine))
+            for s in made[n]:
+                if s.label == label and s.present:  # a gauge: its values as read
+                    mine = np.full(len(together), np.nan)
+                    mine[begins[n] : begins[n] + len(s.values)] = s.values
+                    members.append(Series(TRAINING, f"{node_label(node)} {s.label}", s.unit, mine))
     if not members:
         return None
     titled = f"{name}, {ALL_NODES}" if name else ALL_NODES
@@ -452,5 +466,29 @@ def node_figures(
         label = node_label(node)
         titled = f"{name}, {label}" if name else label
         drawn = figures(part, None, titled, x, found.get(node))
+        pngs.update({f"{label}: {g}": png for g, png in drawn.items()})
+    return pngs
+
+
+def page_figures(page: Page, name: str = "") -> dict[str, bytes]:
+    """The figures of the page's model: :func:`node_figures` without deriving anything again.
+
+    Each node's figures from its series, axis and findings (the findings across nodes
+    marked on every node's); several nodes with step keys first get
+    :func:`nodes_speed_png` of the nodes' own series.
+    """
+    if page.single:
+        mine = page.nodes[0]
+        return _figures(mine.axis, mine.series, name, mine.findings)
+    pngs = {}
+    speed = nodes_speed_png(
+        page.run, name, page.x, page.across, [mine.series for mine in page.nodes]
+    )
+    if speed is not None:
+        pngs[f"{ALL_NODES}: {TRAINING}"] = speed
+    for mine in page.nodes:
+        label = node_label(mine.node)
+        titled = f"{name}, {label}" if name else label
+        drawn = _figures(mine.axis, mine.series, titled, [*page.across, *mine.findings])
         pngs.update({f"{label}: {g}": png for g, png in drawn.items()})
     return pngs

@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Optional
 
-from sysmetrics.findings import CROSS_NODE_CODES, NO_MATCH, Finding, findings
+from sysmetrics.findings import CROSS_NODE_CODES, NO_MATCH, Finding
 from sysmetrics.report.data import (
     MAX_ROWS,
     MAX_STALLS_SAID,
@@ -27,13 +27,11 @@ from sysmetrics.report.data import (
     _number,
     axis,
     longest,
-    series,
-    starts,
-    summary,
-    timing,
 )
-from sysmetrics.report.document import document
-from sysmetrics.report.drawing import ALL_NODES, _cut, figures, node_figures, node_label
+from sysmetrics.report.document import document as document
+from sysmetrics.report.drawing import ALL_NODES, _cut, node_label, page_figures
+from sysmetrics.report.model import Found, NodePage, Page, build
+from sysmetrics.report.model import run_findings as run_findings
 from sysmetrics.runfile import PathLike, Recording, Run, Span, read_runs
 
 MAX_KEY_CHARS = 300  # characters of a key in the summary table at most
@@ -137,51 +135,27 @@ def stall_sentence(stall: Stall) -> str:
     return f"no new step after step {stall.step} for {_duration(stall.seconds)} ({when})"
 
 
-def run_findings(run: Run) -> tuple[list[Finding], dict[Optional[int], list[Finding]]]:
-    """The findings across nodes, and each node's own.
-
-    Across nodes: the ``CROSS_NODE_RULES`` over the whole run (none on one node); each
-    node's: every rule over that node's samples.
-    """
-    nodes = run.by_node()
-    if len(nodes) == 1:
-        return [], {nodes[0][0]: findings(run)}
-    across = [f for f in findings(run) if f.rule in CROSS_NODE_RULES]
-    return across, {node: findings(part) for node, part in nodes}
-
-
 def _findings_html(found: Sequence[Finding], start: Optional[float]) -> str:
     if not found:
         return f"<p>{html.escape(NO_MATCH)}</p>"
     return "<ul>" + "".join(_finding_html(f, start) for f in found) + "</ul>"
 
 
-def _section(
-    run: Run,
-    pngs: dict[str, bytes],
-    all_series: Optional[Sequence[Series]],
-    h: int,
-    x: str = "step",
-    found: Optional[Sequence[Finding]] = None,
-) -> list[str]:
-    """One run's part of the page: facts, recordings, findings, summary table, figures.
+def _section(mine: NodePage, pngs: dict[str, bytes], h: int) -> list[str]:
+    """One node's part of the page: facts, recordings, findings, summary table, figures.
 
-    ``h`` is the level of its headings (2 for the page's only run, 3 under a node); ``x``
-    the figures' axis; ``found`` the run's findings (computed where None).
+    ``h`` is the level of its headings (2 for the page's only run, 3 under a node).
     """
-    first = starts(run)
-    duration, interval = timing(run)
-    steps = [s for s in run.step if s is not None]
-    start = next((t for t in run.time if t is not None), None)
+    run, seen, ax = mine.run, mine.view, mine.axis
+    first = seen.starts
     facts = f"{len(run)} sample{'s' if len(run) != 1 else ''}"
     if len(first) > 1:
         facts += f" in {len(first)} recordings (the file was appended to)"
-    facts += f" over {_duration(duration)}"
-    if interval is not None:
-        facts += f", one every {interval:.3g} s"
-    if steps:
-        facts += f"; steps {min(steps)} to {max(steps)}"
-    ax = axis(run, x)
+    facts += f" over {_duration(seen.duration)}"
+    if seen.interval is not None:
+        facts += f", one every {seen.interval:.3g} s"
+    if mine.steps is not None:
+        facts += f"; steps {mine.steps[0]} to {mine.steps[1]}"
     if ax.stalls:
         facts += "; " + "; ".join(stall_sentence(stall) for stall in longest(ax.stalls))
         more = len(ax.stalls) - MAX_STALLS_SAID
@@ -202,11 +176,10 @@ def _section(
             items.append(f"<li>{more} more recordings</li>")
         parts.append('<ol class="recordings">' + "".join(items) + "</ol>")
     parts.append(f"<h{h}>Findings</h{h}>")
-    parts.append(_findings_html(findings(run) if found is None else found, start))
+    parts.append(_findings_html(mine.findings, seen.start))
     parts.append(f"<h{h}>Summary</h{h}><table><tr><th>group</th><th>key</th><th>unit</th>")
     parts.append("<th>mean</th><th>p95</th><th>peak</th><th>total</th></tr>")
-    shown = series(run) if all_series is None else all_series
-    rows = summary(shown)
+    rows = mine.rows
     for row in rows:
         label = _cut(row.label, MAX_KEY_CHARS)
         cells = (row.group, label, row.unit, *map(_number, (row.mean, row.p95, row.peak)))
@@ -214,7 +187,7 @@ def _section(
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (*cells, row.total)) + "</tr>"
         )
     parts.append("</table>")
-    unlisted = [s.label for s in shown if s.present][len(rows) :]
+    unlisted = [s.label for s in mine.series if s.present][len(rows) :]
     if unlisted:  # the table's bound, said
         low, high = _cut(unlisted[0], MAX_KEY_CHARS), _cut(unlisted[-1], MAX_KEY_CHARS)
         note = (
@@ -255,17 +228,25 @@ def render(
     pngs: dict[str, bytes],
     all_series: Optional[Sequence[Series]] = None,
     x: str = "step",
-    found: Optional[tuple[list[Finding], dict[Optional[int], list[Finding]]]] = None,
+    found: Optional[Found] = None,
 ) -> str:
     """The whole HTML page for ``run``: recordings, findings, summary table, figures (``pngs``).
 
-    ``all_series`` is ``series(run)``, ``found`` :func:`run_findings` of ``run``, where the
-    caller has them already; ``x`` the figures' axis. A run of several nodes (a file they
-    all appended to, or one file per node) gets the findings across nodes, then one section
-    per node, nothing mixed; its ``pngs`` are named ``"node {k}: {group}"`` (see
-    :func:`node_figures`).
+    The page's model (:func:`~sysmetrics.report.model.build`) rendered by
+    :func:`render_page`; ``all_series`` is ``series(run)``, ``found`` :func:`run_findings`
+    of ``run``, where the caller has them; ``x`` the figures' axis.
     """
-    across, own = run_findings(run) if found is None else found
+    return render_page(build(run, (), x, found, all_series), title, pngs)
+
+
+def render_page(page: Page, title: str, pngs: dict[str, bytes]) -> str:
+    """The whole HTML page of the model ``page``, its figures ``pngs``.
+
+    A run of several nodes (a file they all appended to, or one file per node) gets the
+    findings across nodes, then one section per node, nothing mixed; its ``pngs`` are
+    named ``"node {k}: {group}"`` (see :func:`node_figures`).
+    """
+    run = page.run
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -275,27 +256,26 @@ def render(
     if run.left_out:  # what the reader left out, said first
         items = "".join(f"<li>{html.escape(_capital(said))}.</li>" for said in run.left_out)
         parts.append(f'<ul class="left-out">{items}</ul>')
-    nodes = run.by_node()
-    if len(nodes) == 1:
-        parts += _section(run, pngs, all_series, 2, x, own.get(nodes[0][0]))
+    if page.single:
+        parts += _section(page.nodes[0], pngs, 2)
     else:
         names = ", ".join(
-            node_label(k) + (f" ({os.path.basename(run.files[k])})" if k in run.files else "")
-            for k, _ in nodes
+            node_label(n.node) + (f" ({os.path.basename(n.file)})" if n.file else "")
+            for n in page.nodes
         )
-        said = f"Samples of {len(nodes)} nodes ({names}), each shown on its own."
+        said = f"Samples of {len(page.nodes)} nodes ({names}), each shown on its own."
         parts.append(f"<p>{html.escape(said)}</p>")
         start = next((t for t in run.time if t is not None), None)
         parts.append("<h2>Findings across nodes</h2>")
-        parts.append(_findings_html(across, start))
+        parts.append(_findings_html(page.across, start))
         for group, png in pngs.items():  # the nodes' speed side by side
             if group.startswith(ALL_NODES + ": "):
                 parts.append(_img(group, png))
-        for node, part in nodes:
-            prefix = node_label(node) + ": "
-            mine = {g[len(prefix) :]: p for g, p in pngs.items() if g.startswith(prefix)}
-            parts.append(f"<h2>{html.escape(_capital(node_label(node)))}</h2>")
-            parts += _section(part, mine, None, 3, x, own.get(node))
+        for mine in page.nodes:
+            prefix = node_label(mine.node) + ": "
+            drawn = {g[len(prefix) :]: p for g, p in pngs.items() if g.startswith(prefix)}
+            parts.append(f"<h2>{html.escape(_capital(node_label(mine.node)))}</h2>")
+            parts += _section(mine, drawn, 3)
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -304,15 +284,13 @@ def _slug(group: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", group.lower()).strip("-") or "group"
 
 
-Found = tuple[list[Finding], dict[Optional[int], list[Finding]]]  # run_findings()
-
-
 def _read(
     path: PathLike | Sequence[PathLike],
     output: Optional[PathLike],
+    x: str,
     left_out: Optional[list[str]] = None,
-) -> tuple[list[str], Run, list[Series], Found]:
-    """The run files' paths, run, series and findings; see :func:`write_report` for errors.
+) -> Page:
+    """The run files' page (:func:`~sysmetrics.report.model.build`); errors as :func:`write_report`.
 
     ``left_out`` gets what the reader left out, in sentences (``Run.left_out``).
     """
@@ -331,30 +309,17 @@ def _read(
         left_out += run.left_out
     if len(run) == 0:
         raise ValueError(f"{named} has no samples (no line is a run-file record)")
-    all_series = series(run)
-    if not any(s.present for s in all_series):
+    page = build(run, paths, x)
+    if not any(s.present for mine in page.nodes for s in mine.series):
         raise ValueError(f"{named} has no metric values (no finite number)")
-    return paths, run, all_series, run_findings(run)
+    return page
 
 
-def _write(
-    paths: Sequence[str],
-    run: Run,
-    all_series: list[Series],
-    found: Found,
-    output: Optional[PathLike],
-    png_dir: Optional[PathLike],
-    x: str,
-) -> list[str]:
+def _write(page: Page, output: Optional[PathLike], png_dir: Optional[PathLike]) -> list[str]:
     if output is None and png_dir is None:
         return []
-    name = ", ".join(os.path.basename(p) for p in paths)
-    if len(run.nodes) <= 1:
-        pngs = figures(run, all_series, name, x, found[1].get(run.nodes[0] if run.nodes else None))
-    else:
-        across, own = found  # the findings across nodes are marked on every node's figure
-        marked = {k: [*across, *v] for k, v in own.items()}
-        pngs = node_figures(run, name, x, marked, across)
+    name = ", ".join(os.path.basename(p) for p in page.files)
+    pngs = page_figures(page, name)
     written = []
     if png_dir is not None:
         os.makedirs(png_dir, exist_ok=True)
@@ -366,7 +331,7 @@ def _write(
     if output is not None:
         title = f"sysmetrics report: {name}"
         with open(output, "w", encoding="utf-8") as f:
-            f.write(render(run, title, pngs, all_series, x, found))
+            f.write(render_page(page, title, pngs))
         written.append(os.fspath(output))
     return written
 
@@ -393,7 +358,7 @@ def write_report(
     is missing.
     """
     axis(Run(), x)  # a bad x fails first
-    return _write(*_read(path, output, left_out), output, png_dir, x)
+    return _write(_read(path, output, x, left_out), output, png_dir)
 
 
 def json_report(
@@ -410,6 +375,6 @@ def json_report(
     it draws).
     """
     axis(Run(), x)
-    paths, run, all_series, found = _read(path, output, left_out)
-    text = json.dumps(document(run, paths, found, x), indent=1, allow_nan=False)
-    return text, _write(paths, run, all_series, found, output, png_dir, x)
+    page = _read(path, output, x, left_out)
+    text = json.dumps(page.to_json(), indent=1, allow_nan=False)
+    return text, _write(page, output, png_dir)
