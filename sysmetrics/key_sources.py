@@ -16,7 +16,7 @@ from typing import Optional
 
 
 @dataclass(frozen=True)
-class Row:
+class SourceRow:
     """One row: key families, what the unit cell adds, where the values come from.
 
     Attributes:
@@ -43,14 +43,14 @@ class Table:
 
     name: str
     columns: tuple[str, ...]
-    rows: tuple[Row, ...]
+    rows: tuple[SourceRow, ...]
 
 
 HOST = Table(
     "host",
     ("source (Linux / elsewhere)",),
     (
-        Row(
+        SourceRow(
             ("cpu",),
             (
                 " of the CPUs available to the process (affinity, capped by the cgroup CPU "
@@ -63,17 +63,17 @@ HOST = Table(
                 ),
             ),
         ),
-        Row(
+        SourceRow(
             ("cpu.{i}.cpu_percent",),
             " of core `i` busy, system-wide",
             ("`/proc/stat` / `psutil.cpu_times(percpu=True)`",),
         ),
-        Row(
+        SourceRow(
             ("proc.cpu.threads",),
             " (threads of the process tree)",
             ("`/proc/<pid>/stat` / `psutil.Process.num_threads`",),
         ),
-        Row(
+        SourceRow(
             ("proc.memory.rssMB",),
             (
                 " resident, process tree, summed over its processes as W&B does: **pages shared "
@@ -83,7 +83,7 @@ HOST = Table(
             ),
             ("`/proc/<pid>/stat` rss / `psutil.Process.memory_info().rss`",),
         ),
-        Row(
+        SourceRow(
             ("proc.memory.pssMB",),
             (
                 " proportional set size of the process tree: a page shared by several processes "
@@ -94,7 +94,7 @@ HOST = Table(
             ),
             ("`/proc/<pid>/smaps_rollup` `Pss:` / none elsewhere",),
         ),
-        Row(
+        SourceRow(
             ("proc.memory.percent",),
             (
                 " of the memory available to the job (the host's, or the cgroup memory limit "
@@ -104,7 +104,7 @@ HOST = Table(
             ),
             ("the PSS above / `MemTotal` or the limit",),
         ),
-        Row(
+        SourceRow(
             ("memory",),
             (
                 " of system memory in use; in a memory-limited cgroup, its usage less inactive "
@@ -112,7 +112,7 @@ HOST = Table(
             ),
             ("`/proc/meminfo` / `psutil.virtual_memory`, cgroup `memory.*`",),
         ),
-        Row(
+        SourceRow(
             ("proc.memory.availableMB",),
             (
                 " available; in a memory-limited cgroup, the limit less its usage (capped by the "
@@ -120,7 +120,7 @@ HOST = Table(
             ),
             ("as above",),
         ),
-        Row(
+        SourceRow(
             ("memory.swapPercent",),
             (
                 " of swap space in use; in a cgroup v2 whose `memory.swap.max` is below the "
@@ -134,7 +134,7 @@ HOST = Table(
                 ),
             ),
         ),
-        Row(
+        SourceRow(
             ("disk.{path}.usagePercent",),
             " of the filesystem's space in use (as `df`)",
             (
@@ -144,22 +144,22 @@ HOST = Table(
                 ),
             ),
         ),
-        Row(
+        SourceRow(
             ("disk.{path}.usageGB",),
             " in use on the filesystem",
             ("`statvfs` / `psutil.disk_usage`; likewise",),
         ),
-        Row(
+        SourceRow(
             ("disk.in",),
             " read from whole disks since the monitor started",
             ("`/proc/diskstats` / `psutil.disk_io_counters`",),
         ),
-        Row(
+        SourceRow(
             ("disk.out",),
             " written to whole disks since the monitor started",
             ("`/proc/diskstats` / `psutil.disk_io_counters`",),
         ),
-        Row(
+        SourceRow(
             ("network.sent",),
             (
                 " sent since the monitor started on every interface but loopback ones (`lo`: flag"
@@ -175,12 +175,12 @@ HOST = Table(
                 ),
             ),
         ),
-        Row(
+        SourceRow(
             ("network.recv",),
             " received, likewise",
             ("as above",),
         ),
-        Row(
+        SourceRow(
             ("cpu.energyJoules",),
             (
                 " (joules) used by the CPU packages since the monitor started: the sum over the "
@@ -193,7 +193,7 @@ HOST = Table(
                 ),
             ),
         ),
-        Row(
+        SourceRow(
             ("memory.energyJoules",),
             (
                 " (joules) used by DRAM since the monitor started, where the CPU reports it "
@@ -208,7 +208,7 @@ STEPS = Table(
     "steps",
     ("source",),
     (
-        Row(
+        SourceRow(
             ("step.seconds",),
             (
                 " (wall-clock seconds) per optimizer step, waits included: from the end of the "
@@ -217,7 +217,7 @@ STEPS = Table(
             ),
             ("the step hooks' times (`time.perf_counter`)",),
         ),
-        Row(
+        SourceRow(
             ("step.dataWaitPercent",),
             (
                 " of that time spent between batches: from the end of one batch's hooks to the "
@@ -226,7 +226,7 @@ STEPS = Table(
             ),
             ("as above",),
         ),
-        Row(
+        SourceRow(
             ("step.samplesPerSecond",),
             (
                 " over the whole job (all ranks): samples of the steps over their seconds, where "
@@ -234,7 +234,7 @@ STEPS = Table(
             ),
             ("the batch size (see the callbacks)",),
         ),
-        Row(
+        SourceRow(
             ("step.energyJoules",),
             (
                 " per optimizer step: the growth of every energy counter the monitor reads "
@@ -252,62 +252,62 @@ NVIDIA = Table(
     "nvidia",
     ("NVML source",),
     (
-        Row(
+        SourceRow(
             ("gpu.{i}.gpu",),
             " of time a kernel ran",
             ("`nvmlDeviceGetUtilizationRates().gpu`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.memory",),
             " of time memory was read or written",
             ("`nvmlDeviceGetUtilizationRates().memory`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.memoryAllocated",),
             " of GPU memory in use",
             ("`nvmlDeviceGetMemoryInfo` (v2) used / total",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.memoryAllocatedBytes",),
             " in use",
             ("`nvmlDeviceGetMemoryInfo` (v2) used",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.temp",),
             "",
             ("`nvmlDeviceGetTemperatureV`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.powerWatts",),
             "",
             ("`nvmlDeviceGetPowerUsage` / 1000",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.powerPercent",),
             " of the enforced power limit",
             ("`nvmlDeviceGetPowerUsage` / `nvmlDeviceGetEnforcedPowerLimit`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.smClock", "gpu.{i}.memoryClock", "gpu.{i}.graphicsClock"),
             "",
             ("`nvmlDeviceGetClockInfo`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.correctedMemoryErrors", "gpu.{i}.uncorrectedMemoryErrors"),
             " (volatile ECC)",
             ("`nvmlDeviceGetTotalEccErrors`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.encoderUtilization",),
             "",
             ("`nvmlDeviceGetEncoderUtilization`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.enforcedPowerLimitWatts",),
             ", the power limit the driver enforces",
             ("`nvmlDeviceGetEnforcedPowerLimit` / 1000",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.energyJoules",),
             " since the monitor started",
             (
@@ -324,12 +324,12 @@ NVIDIA = Table(
                 ),
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.fanSpeed",),
             " of the fan's maximum speed",
             ("`nvmlDeviceGetFanSpeed` (absent on passively cooled boards)",),
         ),
-        Row(
+        SourceRow(
             (
                 "gpu.{i}.throttle.thermal",
                 "gpu.{i}.throttle.powerCap",
@@ -348,7 +348,7 @@ NVIDIA = Table(
                 ),
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.smActive",),
             " of SMs busy (Hopper and newer; from the second sample)",
             (
@@ -358,27 +358,27 @@ NVIDIA = Table(
                 ),
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.smOccupancy",),
             " of warps active vs the SMs' maximum (Hopper and newer)",
             ("GPM `NVML_GPM_METRIC_SM_OCCUPANCY`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.pipeTensorActive",),
             " of time the SMs ran any tensor op (Hopper and newer)",
             ("GPM `NVML_GPM_METRIC_ANY_TENSOR_UTIL`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.dramActive",),
             " of the DRAM bandwidth used (Hopper and newer)",
             ("GPM `NVML_GPM_METRIC_DRAM_BW_UTIL`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.pcieTxBytes", "gpu.{i}.pcieRxBytes"),
             " over PCIe from / to the GPU (Hopper and newer)",
             ("GPM `NVML_GPM_METRIC_PCIE_TX_PER_SEC` / `_RX_PER_SEC` (MiB/s) \u00d7 2^20",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.nvlinkTxBytes", "gpu.{i}.nvlinkRxBytes"),
             " over all NVLinks, sent / received (Hopper and newer)",
             (
@@ -388,18 +388,18 @@ NVIDIA = Table(
                 ),
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.process.{i}.*",),
             "the keys above, for each GPU the process tree uses",
             ("",),
             "as above",
         ),
-        Row(
+        SourceRow(
             ("gpu.process.{i}.processMemoryAllocatedBytes",),
             " held by the tree's processes on GPU `i`",
             ("`usedGpuMemory` of NVML's compute/graphics processes",),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.mig.{j}.memoryAllocated", "gpu.{i}.mig.{j}.memoryAllocatedBytes"),
             (
                 " of MIG device `j` (its index in NVML's enumeration "
@@ -415,7 +415,7 @@ TORCH = Table(
     "torch",
     ("source",),
     (
-        Row(
+        SourceRow(
             ("gpu.{i}.torch.allocatedBytes",),
             " in this process's tensors",
             (
@@ -426,7 +426,7 @@ TORCH = Table(
                 ),
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.torch.reservedBytes",),
             " the caching allocator holds from the driver (tensors and cache)",
             (
@@ -443,7 +443,7 @@ AMD = Table(
     "amd",
     ("sysfs file", "rocm-smi field", "amd-smi field"),
     (
-        Row(
+        SourceRow(
             ("gpu.{i}.gpu",),
             "",
             (
@@ -452,7 +452,7 @@ AMD = Table(
                 "`usage.gfx_activity`",
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.memory",),
             " of time the memory controller is busy",
             (
@@ -461,7 +461,7 @@ AMD = Table(
                 "`usage.umc_activity`",
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.memoryAllocated",),
             " of VRAM in use",
             (
@@ -473,7 +473,7 @@ AMD = Table(
                 "`mem_usage.used_vram` / `total_vram`",
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.memoryAllocatedBytes",),
             " of VRAM in use",
             (
@@ -482,7 +482,7 @@ AMD = Table(
                 "`mem_usage.used_vram` (its MB are MiB)",
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.temp",),
             "",
             (
@@ -491,7 +491,7 @@ AMD = Table(
                 "`temperature.edge`, else `hotspot`, else `mem`",
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.powerWatts",),
             "",
             (
@@ -503,7 +503,7 @@ AMD = Table(
                 "`power.socket_power`",
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.{i}.powerPercent",),
             " of the power cap",
             (
@@ -522,22 +522,22 @@ TRAINIUM = Table(
     "trainium",
     (),
     (
-        Row(
+        SourceRow(
             ("trn.{core}.neuroncore_utilization",),
             " of NeuronCore `core`",
             (),
         ),
-        Row(
+        SourceRow(
             ("trn.host_total_memory_usage",),
             " of host memory used by the Neuron runtime",
             (),
         ),
-        Row(
+        SourceRow(
             ("trn.neuron_device_total_memory_usage",),
             " of device memory used",
             (),
         ),
-        Row(
+        SourceRow(
             ("trn.host_total_memory_usage.{kind}",),
             (
                 ", per `kind` neuron-monitor reports (application_memory, constants, dma_buffers,"
@@ -545,7 +545,7 @@ TRAINIUM = Table(
             ),
             (),
         ),
-        Row(
+        SourceRow(
             ("trn.{core}.neuroncore_memory_usage.{kind}",),
             (
                 ", per `kind` neuron-monitor reports (constants, model_code, "
@@ -560,7 +560,7 @@ APPLE = Table(
     "apple",
     ("source",),
     (
-        Row(
+        SourceRow(
             ("gpu.0.gpu",),
             "",
             (
@@ -570,27 +570,27 @@ APPLE = Table(
                 ),
             ),
         ),
-        Row(
+        SourceRow(
             ("gpu.0.memoryAllocatedBytes",),
             " of unified memory the GPU driver has in use",
             ('"In use system memory"',),
         ),
-        Row(
+        SourceRow(
             ("gpu.0.memoryAllocated",),
             " of the machine's RAM",
             ('"In use system memory" / RAM',),
         ),
-        Row(
+        SourceRow(
             ("gpu.0.temp",),
             "",
             ("`macmon pipe`: `temp.gpu_temp_avg`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.0.powerWatts",),
             "",
             ("`macmon pipe`: `gpu_power`",),
         ),
-        Row(
+        SourceRow(
             ("gpu.0.powerPercent",),
             " of 16.5 W (W&B's fixed figure; Apple publishes no GPU power limit)",
             ("`gpu_power` / 16.5",),
@@ -602,17 +602,17 @@ TPU = Table(
     "tpu",
     ("tpu-info column",),
     (
-        Row(
+        SourceRow(
             ("tpu.{i}.memoryUsageBytes",),
             " of HBM in use (tpu-info prints GiB with 2 decimals: ~10 MB resolution)",
             ("`HBM Usage` used",),
         ),
-        Row(
+        SourceRow(
             ("tpu.{i}.memoryUsage",),
             " of HBM in use",
             ("`HBM Usage` used / total",),
         ),
-        Row(
+        SourceRow(
             ("tpu.{i}.dutyCycle",),
             " of time the TensorCores were busy",
             ("`Duty cycle`",),
@@ -624,43 +624,43 @@ IPU = Table(
     "ipu",
     ("gcipuinfo attribute",),
     (
-        Row(
+        SourceRow(
             ("ipu.{device_id}.average board temp (C)",),
             "",
             ("`average board temp`",),
             "latest",
         ),
-        Row(
+        SourceRow(
             ("ipu.{device_id}.average die temp (C)",),
             "",
             ("`average die temp`",),
             "latest",
         ),
-        Row(
+        SourceRow(
             ("ipu.{device_id}.clock (MHz)",),
             "",
             ("`clock`",),
             "latest",
         ),
-        Row(
+        SourceRow(
             ("ipu.{device_id}.ipu power (W)",),
             "",
             ("`ipu power`",),
             "latest",
         ),
-        Row(
+        SourceRow(
             ("ipu.{device_id}.ipu utilisation (%)",),
             "",
             ("`ipu utilisation`",),
             "latest",
         ),
-        Row(
+        SourceRow(
             ("ipu.{device_id}.ipu utilisation (session) (%)",),
             " since the session began",
             ("`ipu utilisation (session)`",),
             "latest",
         ),
-        Row(
+        SourceRow(
             ("ipu.{device_id}.link speed (GT/s)",),
             "",
             ("`link speed`",),
@@ -673,7 +673,7 @@ OPENMETRICS = Table(
     "openmetrics",
     ("source",),
     (
-        Row(
+        SourceRow(
             ("openmetrics.{name}.{metric}.{index}",),
             "",
             (
