@@ -127,6 +127,11 @@ class _Proxy:
         """The monitor's training step (``sysmetrics.step()`` in the command)."""
         return self.monitor.step if self.monitor is not None else None
 
+    @property
+    def stall(self) -> object:
+        """The monitor's stall under way (:mod:`sysmetrics.hang`), or None."""
+        return self.monitor.stall if self.monitor is not None else None
+
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Add a flag for each option declared with one (:data:`sysmetrics.options.OPTIONS`)."""
