@@ -132,7 +132,9 @@ class StallClock:
         ``totals``: the step clock's totals; ``phase`` and ``since``: the phase announced
         and when (monotonic s).
         """
-        steps, seconds = (totals.steps, totals.seconds) if totals is not None else (0, 0.0)
+        if totals is None:  # no steps known (a command that never calls sysmetrics.step)
+            return None
+        steps, seconds = totals.steps, totals.seconds
         if self._moved is None:
             self._moved = now
         if steps > self._steps:
@@ -165,7 +167,7 @@ class Frame(NamedTuple):
 class Where(NamedTuple):
     """Where a thread is: ``kind`` and ``what`` (see :func:`classify`)."""
 
-    kind: str  # collective, data, checkpoint, evaluation, backward, elsewhere, unknown
+    kind: str  # collective, data, checkpoint, evaluation, backward, elsewhere, kernel, unknown
     what: str  # the collective ("all_reduce"), "file.py:42 (function)", or ""
 
     def phrase(self, many: bool = False) -> str:
@@ -179,6 +181,8 @@ class Where(NamedTuple):
             return f"{wait} at step {{step}} in {self.what}"
         if self.kind == "backward":
             return f"{be} at step {{step}} in backward"
+        if self.kind == "kernel":  # what: "do_select (state S, sleeping)"
+            return f"{be} at step {{step}}; the kernel says its main thread waits in {self.what}"
         where = {
             "data": "fetching data",
             "checkpoint": "saving a checkpoint",
@@ -268,6 +272,34 @@ def stack(thread_id: int) -> list[Frame]:
     return out
 
 
+_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped",
+           "t": "stopped by a debugger", "Z": "a zombie", "X": "dead"}  # fmt: skip
+
+
+def kernel_where(pid: int, proc: str = "/proc") -> Where:
+    """What the kernel says of process ``pid``'s main thread: ``/proc/PID/wchan`` and state.
+
+    For a process that is not ours to inspect (the command under ``sysmetrics record``):
+    ``Where("kernel", "do_select (state S, sleeping)")``; ``wchan`` reads ``0`` while it
+    runs, and may read ``0`` or be unreadable where the kernel hides it. Bounded reads.
+    """
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            stat = f.read(4096).decode("ascii", "replace")
+        state = stat[stat.rindex(")") + 2 :].split(" ", 1)[0]
+    except (OSError, ValueError):
+        return UNKNOWN
+    try:
+        with open(f"{proc}/{pid}/wchan", "rb") as f:
+            wchan = f.read(128).decode("ascii", "replace").strip()
+    except OSError:
+        wchan = ""
+    said = f"state {state}, {_STATES.get(state, 'unknown')}"
+    if not wchan or wchan == "0" or not wchan.replace("_", "").replace(".", "").isalnum():
+        return Where("kernel", f"no kernel function ({said})")
+    return Where("kernel", f"{wchan} ({said})")
+
+
 def excerpt(frames: Sequence[Frame]) -> list[str]:
     """The run file's excerpt: ``file:line function`` of the innermost ``STACK_FRAMES``.
 
@@ -289,7 +321,8 @@ def excerpt(frames: Sequence[Frame]) -> list[str]:
 def stall_line(seconds: float, step: int | None, where: Where) -> str:
     """The line said for one process's stall: ``sysmetrics: no step for 75 s: ...``."""
     said = where.phrase().format(step=step if step is not None else "?")
-    return f"sysmetrics: no step for {seconds:.0f} s: the training thread {said}"
+    who = "the command" if where.kind == "kernel" else "the training thread"
+    return f"sysmetrics: no step for {seconds:.0f} s: {who} {said}"
 
 
 # -- the watch ------------------------------------------------------------------------------
@@ -317,6 +350,9 @@ class HangWatch(threading.Thread):
         record: writes a ``stall`` record to the run file (``JsonlSink.record``); None: none.
         channel: every rank's progress (:class:`sysmetrics.progress.Channel`); None on
             one process.
+        pid: watch this other process instead of a thread of this one (``sysmetrics
+            record``'s command): where it is is what the kernel says (:func:`kernel_where`).
+        step: where the step is read (``monitor.step``), instead of ``progress.step``.
 
     """
 
@@ -330,8 +366,12 @@ class HangWatch(threading.Thread):
         monitor: SystemMonitor | None = None,
         record: Callable[[dict[str, object]], None] | None = None,
         channel: Channel | None = None,
+        pid: int | None = None,
+        step: Callable[[], int | None] | None = None,
     ) -> None:
         super().__init__(name="sysmetrics-hang", daemon=True)
+        self._pid = pid  # another process (record's command): the kernel's view of it
+        self._step = step  # the step, where the progress does not say it
         self.clock = StallClock(hang_after)
         self._totals = totals
         self.progress = progress
@@ -371,7 +411,7 @@ class HangWatch(threading.Thread):
         progress = self.progress
         now = time.monotonic()
         stalled = self.clock.look(self._totals(), progress.phase, progress.since, now)
-        step = progress.step
+        step = progress.step if self._step is None else self._step()
         channel = self.channel
         if stalled is None:
             if self.stall is not None:
@@ -383,8 +423,12 @@ class HangWatch(threading.Thread):
             if channel is not None:
                 channel.publish(step, progress.phase, self.stall.where, now)
             return
-        frames = stack(self._thread_id)
-        where = classify(frames)
+        if self._pid is not None:
+            frames: list[Frame] = []
+            where = kernel_where(self._pid)
+        else:
+            frames = stack(self._thread_id)
+            where = classify(frames)
         self._set(Stall(time.time() - stalled, step, where))
         if channel is not None:
             channel.publish(step, progress.phase, where, now, force=True)

@@ -4,8 +4,8 @@ Every torch.distributed job has a key-value store (a ``TCPStore``, which rendezv
 and every rank is connected to); it works while the collectives hang, since it is a
 socket of its own. Each rank's hang watch (:mod:`sysmetrics.hang`) opens a client of its
 own to that store (never the training thread's connection: none of its calls waits
-behind ours) with a ``STORE_TIMEOUT`` s timeout, and publishes, every
-:func:`publish_every` s, one record under ``sysmetrics/progress/{rank}``: its step,
+behind ours) with a ``STORE_TIMEOUT`` s timeout (``CONNECT_TRIES`` tries to connect),
+and publishes, every :func:`publish_every` s, one record under ``sysmetrics/progress/{rank}``: its step,
 phase, where its training thread is when the step has not advanced since its previous
 record, the time, its node, host and PID (JSON, about 120 bytes; ``MAX_RECORD`` bytes
 at most). Rank 0 reads them all only when its own step is stalled (one ``check`` per
@@ -39,6 +39,7 @@ from sysmetrics.hang import LOOK_EVERY, Where
 
 PUBLISH_EVERY = 5.0  # s between two records of a rank, at most (see publish_every)
 STORE_TIMEOUT = 5.0  # s a store call may wait
+CONNECT_TRIES = 3  # tries to connect (a loaded server may not answer the first in time)
 KEY = "sysmetrics/progress/{rank}"
 MAX_RECORD = 1024  # bytes of one record, at most (a longer one is read as none)
 MAX_GROUPS = 6  # groups of ranks named in one line; the rest are counted
@@ -63,13 +64,22 @@ def dead_after(hang_after: float) -> float:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host lives.
+
+    It exists and is no zombie (a rank killed whose launcher has not reaped it yet).
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:  # EPERM: it exists
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read(4096)
+        return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] not in (b"Z", b"X")
+    except (OSError, ValueError):  # no procfs: it exists
         return True
-    return True
 
 
 def ranks_text(ranks: Sequence[int]) -> str:
@@ -261,13 +271,19 @@ class Channel:
             import torch.distributed
 
             dist: Any = torch.distributed
-            self._store = dist.TCPStore(
-                address[0],
-                address[1],
-                is_master=False,
-                timeout=datetime.timedelta(seconds=STORE_TIMEOUT),
-                wait_for_workers=False,
-            )
+            for attempt in range(CONNECT_TRIES):
+                try:
+                    self._store = dist.TCPStore(
+                        address[0],
+                        address[1],
+                        is_master=False,
+                        timeout=datetime.timedelta(seconds=STORE_TIMEOUT),
+                        wait_for_workers=False,
+                    )
+                    break
+                except Exception:
+                    if attempt == CONNECT_TRIES - 1:
+                        raise
         except Exception as exc:
             self._fail(exc)
 

@@ -174,8 +174,9 @@ def test_the_threshold_is_the_larger_of_the_option_and_five_p99_steps() -> None:
     t = 100.0
     assert clock.look(StepTotals(0, 0.0, 0.0, 0.0), "train", 0.0, t) is None
     # Before the first step: FIRST_STEP_FACTOR x hang_after.
-    assert clock.look(None, "train", 0.0, t + 19.0) is None
-    assert clock.look(None, "train", 0.0, t + 20.0) == 20.0
+    assert clock.look(StepTotals(0, 0.0, 0.0, 0.0), "train", 0.0, t + 19.0) is None
+    assert clock.look(StepTotals(0, 0.0, 0.0, 0.0), "train", 0.0, t + 20.0) == 20.0
+    assert clock.look(None, "train", 0.0, t + 20.0) is None  # no steps known: none stall
     for i in range(1, 101):  # steps of 1 s: 5 x p99 = 5 s > 2 s
         assert clock.look(StepTotals(i, float(i), 0.0, 0.0), "train", 0.0, t + 20 + i) is None
     last = t + 120
@@ -273,9 +274,10 @@ def test_a_store_that_cannot_be_reached_disables_the_channel_with_one_warning(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pytest.importorskip("torch")
-    monkeypatch.setattr(progress, "STORE_TIMEOUT", 1.0)
+    monkeypatch.setattr(progress, "STORE_TIMEOUT", 0.5)
     channel = progress.Channel(0, 2, 0, 60.0, ("127.0.0.1", free_port()))
-    with pytest.warns(SystemMetricsWarning, match="the job's torch.distributed store failed") as caught:
+    failed = "the job.s torch.distributed store failed"
+    with pytest.warns(SystemMetricsWarning, match=failed) as caught:
         channel.open()
     assert len(caught) == 1 and channel.failed
     channel.publish(1, "train", None, 0.0)  # nothing, no error
@@ -366,7 +368,7 @@ def test_lightning_one_process_tells_the_stall_where_the_step_sleeps(tmp_path: P
     (stall,) = stalls(run_file)
     assert stall["kind"] == "elsewhere" and stall["step"] == 4 and stall["said"] == said[0]
     assert 0 < len(stall["stack"]) <= hang.STACK_FRAMES
-    assert "hang_job.py" in stall["stack"][1] and "training_step" in stall["stack"][1]
+    assert "hang_job.py" in stall["stack"][0] and "training_step" in stall["stack"][0]
     from sysmetrics.runfile import read_run
 
     assert not read_run(run_file).left_out  # the reader skips the record, quietly
@@ -401,7 +403,7 @@ def test_lightning_ranks_a_killed_rank_is_named_as_dead(tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, str(JOBS / "hang_job.py"), str(tmp_path), "kill", "3", options],
-            env={**os.environ, "NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1",
+            env={**os.environ, "JOB_NODES": "1", "NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1",
                  "MASTER_PORT": port},
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
@@ -429,3 +431,43 @@ def test_lightning_ranks_a_killed_rank_is_named_as_dead(tmp_path: Path) -> None:
         r"the other 2 ranks wait at step 4 in all_reduce \(nodes 0 and 1\)",
         said[0],
     ), said
+
+
+# -- sysmetrics record: the command is not ours to inspect -----------------------------------
+
+STEPS_THEN_SLEEP = """
+import time, sysmetrics
+for i, _ in enumerate(sysmetrics.batches(range(5))):
+    time.sleep(0.05)
+    sysmetrics.step(i)
+time.sleep(8)
+"""
+
+
+def test_record_says_what_the_kernel_says_of_the_commands_main_thread(tmp_path: Path) -> None:
+    run_file = tmp_path / "run.jsonl"
+    cmd = [sys.executable, "-m", "sysmetrics", "record", "-o", str(run_file), "--interval",
+           "0.2", "--hang-after", "1", "--", sys.executable, "-c", STEPS_THEN_SLEEP]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    said = [x for x in p.stderr.splitlines() if x.startswith("sysmetrics: no step")]
+    assert len(said) == 1, p.stderr[-3000:]
+    assert re.fullmatch(
+        r"sysmetrics: no step for \d+ s: the command is at step 4; the kernel says its main "
+        r"thread waits in \S+ \(state S, sleeping\)",
+        said[0],
+    ), said
+    (stall,) = stalls(run_file)
+    assert stall["kind"] == "kernel" and stall["step"] == 4 and stall["stack"] == []
+
+
+def test_the_kernel_view_of_a_sleeping_process() -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:  # once it sleeps (before: exec, the loader)
+        assert wait_for(lambda: "nanosleep" in hang.kernel_where(sleeper.pid).what, 10)
+        found = hang.kernel_where(sleeper.pid)
+        assert found.kind == "kernel" and found.what.endswith(" (state S, sleeping)"), found
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert hang.kernel_where(sleeper.pid) == hang.UNKNOWN  # reaped: no such process

@@ -14,7 +14,7 @@ its loss. MODE:
 - ``sleep``: one process; step ``STOP_STEP`` sleeps ``JOB_SLEEP`` seconds in
   ``training_step``.
 
-With ``NODE_RANK`` set, each rank is one simulated node (``num_nodes=RANKS``), launched
+With ``JOB_NODES=1`` (and ``NODE_RANK``), each rank is one simulated node (``num_nodes=RANKS``), launched
 by the test one by one (Lightning's own launcher would kill every rank when one dies).
 Rank 0 writes every stall line it said (the Lightning logger's lines that start with
 ``sysmetrics: no step``) to OUT/said.json at the end (or, under ``kill``, once said).
@@ -106,7 +106,7 @@ class SlowSave(TorchCheckpointIO):
 def main() -> None:
     out, mode, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
     options = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
-    nodes = "NODE_RANK" in os.environ  # one rank per simulated node, each launched alone
+    nodes = os.environ.get("JOB_NODES") == "1"  # a rank per simulated node, launched alone
     said = Said(out, kill=mode == "kill")
     logging.getLogger("lightning.pytorch").addHandler(said)
     g = torch.Generator().manual_seed(0)
