@@ -5,8 +5,8 @@ and every rank is connected to); it works while the collectives hang, since it i
 socket of its own. Each rank's hang watch (:mod:`sysmetrics.hang`) opens a client of its
 own to that store (never the training thread's connection: none of its calls waits
 behind ours) with a ``STORE_TIMEOUT`` s timeout (``CONNECT_TRIES`` tries to connect),
-and publishes, every :func:`publish_every` s, one record under ``sysmetrics/progress/{rank}``: its step,
-phase, where its training thread is when the step has not advanced since its previous
+and publishes, every :func:`publish_every` s, one record under
+``sysmetrics/progress/{rank}``: its step, phase, where its training thread is when the step has not advanced since its previous
 record, the time, its node, host and PID (JSON, about 120 bytes; ``MAX_RECORD`` bytes
 at most). Rank 0 reads them all only when its own step is stalled (one ``check`` per
 rank not yet seen, one ``multi_get`` of the others), and says the job's view in one

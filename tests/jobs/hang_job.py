@@ -14,8 +14,8 @@ its loss. MODE:
 - ``sleep``: one process; step ``STOP_STEP`` sleeps ``JOB_SLEEP`` seconds in
   ``training_step``.
 
-With ``JOB_NODES=1`` (and ``NODE_RANK``), each rank is one simulated node (``num_nodes=RANKS``), launched
-by the test one by one (Lightning's own launcher would kill every rank when one dies).
+With ``JOB_NODES=1`` (and ``NODE_RANK``), each rank is one simulated node
+(``num_nodes=RANKS``), launched by the test one by one (Lightning's own launcher would kill every rank when one dies).
 Rank 0 writes every stall line it said (the Lightning logger's lines that start with
 ``sysmetrics: no step``) to OUT/said.json at the end (or, under ``kill``, once said).
 """
