@@ -6,14 +6,14 @@ socket of its own. Each rank's hang watch (:mod:`sysmetrics.hang`) opens a clien
 own to that store (never the training thread's connection: none of its calls waits
 behind ours) with a ``STORE_TIMEOUT`` s timeout (``CONNECT_TRIES`` tries to connect),
 and publishes, every :func:`publish_every` s, one record under
-``sysmetrics/progress/{rank}``: its step, phase, where its training thread is when the step has not advanced since its previous
-record, the time, its node, host and PID (JSON, about 120 bytes; ``MAX_RECORD`` bytes
-at most). Rank 0 reads them all only when its own step is stalled (one ``check`` per
-rank not yet seen, one ``multi_get`` of the others), and says the job's view in one
-line (:func:`job_line`): which ranks are behind and where, which wait where, which are
-dead (on rank 0's host: their process is gone) and which are silent (elsewhere, no
-record for :func:`dead_after` s: dead, or a process frozen whole, which cannot publish
-either).
+``sysmetrics/progress/{rank}``: its step, phase, where its training thread is when the
+step has not advanced since its previous record, the time, its node, host and PID (JSON,
+about 120 bytes; ``MAX_RECORD`` bytes at most). Rank 0 reads them all only when its own
+step is stalled (one ``check`` per rank not yet seen, one ``multi_get`` of the others),
+and says the job's view in one line (:func:`job_line`): which ranks are behind and
+where, which wait where, which are dead (on rank 0's host: their process is gone) and
+which are silent (elsewhere, no record for :func:`dead_after` s: dead, or a process
+frozen whole, which cannot publish either).
 
 Traffic: one ``set`` per rank every :func:`publish_every` s (5 s by default), and rank 0's
 reads during a stall only; ``benchmarks/progress_store.py`` measures it with 64 and 256

@@ -15,9 +15,10 @@ its loss. MODE:
   ``training_step``.
 
 With ``JOB_NODES=1`` (and ``NODE_RANK``), each rank is one simulated node
-(``num_nodes=RANKS``), launched by the test one by one (Lightning's own launcher would kill every rank when one dies).
-Rank 0 writes every stall line it said (the Lightning logger's lines that start with
-``sysmetrics: no step``) to OUT/said.json at the end (or, under ``kill``, once said).
+(``num_nodes=RANKS``), launched by the test one by one (Lightning's own launcher would
+kill every rank when one dies). Rank 0 writes every stall line it said (the Lightning
+logger's lines that start with ``sysmetrics: no step``) to OUT/said.json at the end (or,
+under ``kill``, once said).
 """
 
 from __future__ import annotations
