@@ -160,6 +160,8 @@ def _stopped_monitor() -> Any:
 BAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("interval", {"interval": 0}),
     ("interval", {"interval": "1"}),
+    ("hang_after", {"hang_after": 0}),
+    ("hang_after", {"hang_after": "60"}),
     ("collectors", {"collectors": [object()]}),
     ("clock", {"clock": 5}),
     ("disk_paths", {"disk_paths": 5}),
