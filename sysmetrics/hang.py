@@ -119,6 +119,11 @@ class StallClock:
         self._seconds = 0.0
         self._moved: float | None = None  # when the step (or the phase) last moved
 
+    @property
+    def moved(self) -> float | None:
+        """When the step (monotonic s) last moved as the looks saw it; None before any look."""
+        return self._moved
+
     def p99(self) -> float | None:
         """The p99 of the step times seen so far (s); None before the first."""
         times = self._times
@@ -416,19 +421,18 @@ class HangWatch(threading.Thread):
         if stalled is None:
             if self.stall is not None:
                 self._set(None)
-            if channel is not None:
-                channel.publish(step, progress.phase, None, now)
+            if channel is not None and channel.due(now):
+                # Where it is, once its step has not moved for a publishing period: rank 0
+                # may find a stall before this rank's own threshold passes.
+                moved = self.clock.moved
+                slow = moved is not None and now - moved >= channel.every
+                channel.publish(step, progress.phase, self._where()[0] if slow else None, now)
             return
         if self.stall is not None:
             if channel is not None:
                 channel.publish(step, progress.phase, self.stall.where, now)
             return
-        if self._pid is not None:
-            frames: list[Frame] = []
-            where = kernel_where(self._pid)
-        else:
-            frames = stack(self._thread_id)
-            where = classify(frames)
+        where, frames = self._where()
         self._set(Stall(time.time() - stalled, step, where))
         if channel is not None:
             channel.publish(step, progress.phase, where, now, force=True)
@@ -451,6 +455,13 @@ class HangWatch(threading.Thread):
         if self._say is not None:
             self.said.append(line)
             self._say(line)
+
+    def _where(self) -> tuple[Where, list[Frame]]:
+        """Where the training thread (or the other process) is now, and its stack."""
+        if self._pid is not None:
+            return kernel_where(self._pid), []
+        frames = stack(self._thread_id)
+        return classify(frames), frames
 
     def _set(self, stall: Stall | None) -> None:
         self.stall = stall

@@ -298,6 +298,10 @@ class Channel:
             stacklevel=1,
         )
 
+    def due(self, now: float) -> bool:
+        """Whether a record is due at ``now`` (monotonic s): :attr:`every` s since the last."""
+        return self._store is not None and (self._last is None or now - self._last >= self.every)
+
     def publish(
         self, step: int | None, phase: str, where: Where | None, now: float, force: bool = False
     ) -> None:

@@ -471,3 +471,38 @@ def test_the_kernel_view_of_a_sleeping_process() -> None:
         sleeper.kill()
         sleeper.wait()
     assert hang.kernel_where(sleeper.pid) == hang.UNKNOWN  # reaped: no such process
+
+
+def test_a_rank_publishes_where_it_is_before_its_own_threshold(store: Any) -> None:
+    """Rank 0 may find the stall before another rank's own threshold passes: that rank's
+    record already says where it is once its step has not moved for a publishing period."""
+    address = ("127.0.0.1", store.port)
+    reader = progress.Channel(0, 2, 0, 60.0, address)
+    reader.open()
+    clock, where, release = StepClock(), Progress(), threading.Event()
+
+    def training() -> None:
+        for step in range(3):
+            clock.begin()
+            clock.end()
+            where.step = step
+        release.wait(60)  # the step stops here
+
+    thread = threading.Thread(target=training)
+    thread.start()
+    assert thread.ident is not None
+    # hang_after 20 s: a record every 5 s, its own stall only after 20 s.
+    watch = HangWatch(20.0, clock.read, where, thread.ident,
+                      channel=progress.Channel(1, 2, 0, 20.0, address))  # fmt: skip
+    watch.start()
+    try:
+        assert wait_for(lambda: (reader.read()[1] or {}).get("k") == "elsewhere", 30)
+        assert watch.stall is None  # its own threshold has not passed
+        record = reader.read()[1]
+        assert record is not None and record["s"] == 2
+        assert record["w"].startswith("test_hang.py:") and record["w"].endswith("(training)")
+    finally:
+        release.set()
+        thread.join()
+        watch.close()
+        reader.close()
