@@ -47,12 +47,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
+from typing_extensions import Protocol
+
 from sysmetrics.errors import SystemMetricsWarning, quote
 from sysmetrics.steptime import StepTotals
 
 if TYPE_CHECKING:
     from sysmetrics.monitor import SystemMonitor
-    from sysmetrics.progress import Channel
 
 LOOK_EVERY = 1.0  # s between two looks at the step
 P99_FACTOR = 5.0  # a stall: no step for this many times the p99 step time (or hang_after)
@@ -333,8 +334,31 @@ def stall_line(seconds: float, step: int | None, where: Where) -> str:
 # -- the watch ------------------------------------------------------------------------------
 
 
+class ProgressChannel(Protocol):
+    """Every rank's progress, as the watch uses it (:class:`sysmetrics.progress.Channel`)."""
+
+    every: float  # s between two records
+
+    def open(self) -> None:
+        """Connect (on the watch's thread)."""
+
+    def due(self, now: float) -> bool:
+        """Whether a record is due at ``now`` (monotonic s)."""
+
+    def publish(
+        self, step: int | None, phase: str, where: Where | None, now: float, force: bool = False
+    ) -> None:
+        """Publish this rank's record, when due (or now, ``force``)."""
+
+    def job_line(self, seconds: float) -> str | None:
+        """Rank 0's line for a stall of ``seconds``; None elsewhere."""
+
+    def close(self) -> None:
+        """Drop the connection."""
+
+
 @dataclass
-class Stall:
+class StepStall:
     """A stall under way, as this process sees it (:attr:`SystemMonitor.stall`)."""
 
     since: float  # when the step last moved (time.time(), s since the epoch)
@@ -370,7 +394,7 @@ class HangWatch(threading.Thread):
         say: Callable[[str], None] | None = None,
         monitor: SystemMonitor | None = None,
         record: Callable[[dict[str, object]], None] | None = None,
-        channel: Channel | None = None,
+        channel: ProgressChannel | None = None,
         pid: int | None = None,
         step: Callable[[], int | None] | None = None,
     ) -> None:
@@ -386,7 +410,7 @@ class HangWatch(threading.Thread):
         self._record = record
         self.channel = channel
         self._done = threading.Event()
-        self.stall: Stall | None = None
+        self.stall: StepStall | None = None
         self.said: list[str] = []  # the lines said (one per stall)
 
     def run(self) -> None:
@@ -433,7 +457,7 @@ class HangWatch(threading.Thread):
                 channel.publish(step, progress.phase, self.stall.where, now)
             return
         where, frames = self._where()
-        self._set(Stall(time.time() - stalled, step, where))
+        self._set(StepStall(time.time() - stalled, step, where))
         if channel is not None:
             channel.publish(step, progress.phase, where, now, force=True)
         line = stall_line(stalled, step, where)
@@ -463,7 +487,7 @@ class HangWatch(threading.Thread):
         frames = stack(self._thread_id)
         return classify(frames), frames
 
-    def _set(self, stall: Stall | None) -> None:
+    def _set(self, stall: StepStall | None) -> None:
         self.stall = stall
         if self._monitor is not None:
             self._monitor.stall = stall

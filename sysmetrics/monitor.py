@@ -106,7 +106,7 @@ class SystemMonitor:
     the recorder's step file; None (no step keys) where no one sets it."""
 
     stall: Any
-    """The stall of the training step under way (:class:`sysmetrics.hang.Stall`: since
+    """The stall of the training step under way (:class:`sysmetrics.hang.StepStall`: since
     when, at which step, where), set by the hang watch of the run; None where there is
     none (the Prometheus exporter's ``sysmetrics_training_stalled_seconds``)."""
 
