@@ -43,6 +43,7 @@ CONNECT_TRIES = 3  # tries to connect (a loaded server may not answer the first 
 KEY = "sysmetrics/progress/{rank}"
 MAX_RECORD = 1024  # bytes of one record, at most (a longer one is read as none)
 MAX_GROUPS = 6  # groups of ranks named in one line; the rest are counted
+MAX_LINE = 800  # characters of the line at most (cut with "...")
 PREFIX = "sysmetrics: "
 
 
@@ -131,8 +132,9 @@ def job_line(
         host: rank 0's host: a silent rank there is dead when its process is gone.
         alive: whether a PID of this host is alive.
 
-    Example: ``sysmetrics: no step for 75 s: ranks 3 and 5 are at step 1200 fetching data
-    (node 1); the other 6 ranks wait at step 1201 in all_reduce``.
+    At most ``MAX_GROUPS`` groups of ranks are named (the rest counted) and ``MAX_LINE``
+    characters said. Example: ``sysmetrics: no step for 75 s: ranks 3 and 5 are at step
+    1200 fetching data (node 1); the other 6 ranks wait at step 1201 in all_reduce``.
 
     """
     groups: dict[tuple[str, object, str, str], list[int]] = {}
@@ -196,7 +198,8 @@ def job_line(
     if len(shown) < len(order):
         rest = sum(len(groups[k]) for k in order[len(shown) :])
         parts.append(f"{rest} more ranks elsewhere")
-    return f"{PREFIX}no step for {seconds:.0f} s: " + "; ".join(parts)
+    line = f"{PREFIX}no step for {seconds:.0f} s: " + "; ".join(parts)
+    return line if len(line) <= MAX_LINE else line[: MAX_LINE - 3] + "..."
 
 
 def _record(raw: bytes) -> dict[str, Any] | None:

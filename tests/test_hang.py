@@ -506,3 +506,10 @@ def test_a_rank_publishes_where_it_is_before_its_own_threshold(store: Any) -> No
         thread.join()
         watch.close()
         reader.close()
+
+
+def test_the_job_line_is_bounded_however_many_ranks_and_places() -> None:
+    records = {r: rec(r % 50, "elsewhere", f"{'x' * 150}.py:{r} (f)") for r in range(256)}
+    line = progress.job_line(61.0, records, 256, 1001.0, 10.0, "a")
+    assert len(line) <= progress.MAX_LINE
+    assert line.startswith("sysmetrics: no step for 61 s: ")
