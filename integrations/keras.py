@@ -102,6 +102,11 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
         self._epoch_start = self._batches
         self.core.clock.restart()
 
+    def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+        # fit's validation (and evaluate): no hang, the step waits for it; the next
+        # training batch ends the phase.
+        self.core.progress.announce("evaluation")
+
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self.core.set_step(self._batches + 1)  # the batch being trained, for the run file
         self.core.clock.begin()  # the time since the previous call's end was waiting

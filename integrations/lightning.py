@@ -133,8 +133,19 @@ class SystemMetricsCallback(Callback):
         self.core.clock.restart()  # the time before the epoch (validation) is no step's
 
     @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.core.progress.announce("evaluation")  # no hang: the step waits for it
+
+    @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.core.clock.restart()  # a validation inside the epoch is no step's either
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Called before the checkpoint is written; the next batch's start ends the phase.
+        self.core.progress.announce("checkpoint")
 
     def _on_step_log(self, trainer: pl.Trainer, step: int, trainer_logs: bool) -> None:
         """Where the trainer decides whether it logs its metrics for ``step`` (every rank)."""

@@ -133,6 +133,12 @@ class SystemMetricsCallback(TrainerCallback):
         self._epoch_due = False
         self.core.clock.restart()
 
+    def on_prediction_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        # Each evaluation batch: the trainer has no hook before an evaluation starts.
+        self.core.progress.announce("evaluation")  # no hang: the step waits for it
+
     def on_evaluate(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:

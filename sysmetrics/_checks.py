@@ -73,6 +73,19 @@ def check_interval(interval: object) -> float:
     return value
 
 
+def check_hang_after(value: object) -> float | None:
+    """``hang_after`` as a float of seconds (at least ``MIN_INTERVAL``), or None (off)."""
+    if value is None:
+        return None
+    allowed = "it must be a number of seconds above 0, or None to tell no hang"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise OptionTypeError("hang_after", value, allowed)
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds >= MIN_INTERVAL):
+        raise OptionError("hang_after", value, allowed)
+    return seconds
+
+
 def check_pid(value: object) -> int | None:
     if value is None:
         return None

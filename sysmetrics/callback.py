@@ -24,6 +24,7 @@ from sysmetrics._checks import missing_here, one_or_many
 from sysmetrics.console_view import console_view
 from sysmetrics.descriptions import split_node
 from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning, quote
+from sysmetrics.hang import HangWatch, Progress
 from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOptions
@@ -228,6 +229,7 @@ class CallbackCore:
         self.exclude: tuple[str, ...] = checked["exclude"]
         self.console: bool = checked["console"]
         self.live_findings: bool = checked["live_findings"]
+        self.hang_after: float | None = checked["hang_after"]
         self.monitor_options: dict[str, Any] = {
             "interval": 1.0 if interval is None else interval,
             **monitor_options,
@@ -254,6 +256,9 @@ class CallbackCore:
         # The framework's hooks mark the steps on it (training thread); a new one each
         # run, so a shared monitor's step keys count this run's steps only.
         self.clock = StepClock()
+        # The hooks announce the step and phase on it (training thread); the hang watch
+        # reads it (sysmetrics.hang).
+        self.progress = Progress()
 
     @property
     def monitor(self) -> SystemMonitor | None:
@@ -367,6 +372,51 @@ class CallbackCore:
                     SystemMetricsWarning,
                     stacklevel=3,
                 )
+                return
+            self._watch_hangs(run, say if self.live_findings else None, step)
+
+    def _watch_hangs(
+        self, run: TrainingSession, say: Callable[[str], None] | None, step: int | None
+    ) -> None:
+        """Start the run's hang watch (every rank; under the lock, on the training thread).
+
+        In a process group of several ranks it publishes this rank's progress over the
+        job's store (:mod:`sysmetrics.progress`); global rank 0 says the job's view.
+        """
+        if self.hang_after is None:
+            return
+        from sysmetrics.progress import Channel
+
+        self.progress = Progress()
+        self.progress.step = step
+        dist = distributed._dist()
+        channel = None
+        if dist is not None:
+            channel = Channel(
+                dist.get_rank(), dist.get_world_size(), run.layout.node, self.hang_after
+            )
+        sink = run.sink
+        watch = HangWatch(
+            self.hang_after,
+            self.clock.read,
+            self.progress,
+            threading.get_ident(),
+            say=say,
+            monitor=run.monitor,
+            record=sink.stall if sink is not None else None,
+            channel=channel,
+        )
+        try:
+            watch.start()
+        except RuntimeError as exc:  # "can't start new thread": training goes on
+            warnings.warn(
+                "sysmetrics: the hang watch could not start, training goes on without it: "
+                f"{type(exc).__name__}: {quote(str(exc))}",
+                SystemMetricsWarning,
+                stacklevel=4,
+            )
+            return
+        run.hang = watch
 
     def _open(
         self, run: TrainingSession, own: SystemMonitor | None, run_dir: str | None, step: int | None
@@ -432,7 +482,15 @@ class CallbackCore:
             return reader
 
     def set_step(self, step: int) -> None:
-        """Stamp the training step on the monitor's samples (for run files); cheap."""
+        """Stamp the training step on the monitor's samples (for run files); cheap.
+
+        Called where a training batch starts: back in the ``train`` phase, for the hang
+        watch.
+        """
+        progress = self.progress
+        progress.step = step
+        if progress.phase != "train":
+            progress.training()
         monitor = self.monitor
         if monitor is not None:
             monitor.step = step

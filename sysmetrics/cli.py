@@ -42,6 +42,7 @@ from sysmetrics._child import (
     _wait_exited,
 )
 from sysmetrics.errors import OptionError, SystemMetricsWarning
+from sysmetrics.hang import HangWatch, Progress
 from sysmetrics.live_findings import LiveFindings
 from sysmetrics.live_line import LiveView
 from sysmetrics.monitor import SystemMonitor
@@ -166,6 +167,11 @@ class _Proxy:
         """The monitor's training step (``sysmetrics.step()`` in the command)."""
         return self.monitor.step if self.monitor is not None else None
 
+    @property
+    def stall(self) -> object:
+        """The monitor's stall under way (:mod:`sysmetrics.hang`), or None."""
+        return self.monitor.stall if self.monitor is not None else None
+
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Add a flag for each option declared with one (:data:`sysmetrics.options.OPTIONS`)."""
@@ -190,6 +196,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for o in FLAGGED:
         value = getattr(args, o.name)
+        if o.scope != "monitor":  # record's own (hang_after), not the monitor's
+            continue
         if value is not None and value is not False and o.cli is not None:
             options[o.name] = o.cli.convert(value)
     return options
@@ -312,6 +320,8 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:  # every option is checked before the command starts, with the monitor's messages
         check_options(options, options)  # builds no collector: the monitor is, once, below
         _check_gpu_ids(options)
+        given = {} if args.hang_after is None else {"hang_after": args.hang_after}
+        args.hang_after = check_options(["hang_after"], given)["hang_after"]
     except (TypeError, ValueError, ImportError, OSError) as exc:
         parser.error(_flag_error(exc))
     # The exporter before the run file: no file is left behind when it cannot start.
@@ -492,6 +502,19 @@ def _watch(
         steps.start()
         if args.live_findings:
             told.start()
+        hangs = HangWatch(
+            args.hang_after,
+            lambda: monitor.step_timing() if monitor.step_timing is not None else None,
+            Progress(),
+            0,
+            say=_say if args.live_findings else None,
+            monitor=monitor,
+            record=sink.stall,
+            pid=child.pid,
+            step=lambda: monitor.step,
+        )
+        stack.callback(hangs.close)  # before the sink closes: its record is written
+        hangs.start()
         if args.live:
             live = LiveView(monitor, sys.stderr)
             stack.callback(live.close)

@@ -127,6 +127,11 @@ class SystemMonitor:
     :class:`~sysmetrics.steptime.StepClock`'s ``read`` that callbacks mark steps on, or
     the recorder's step file; None (no step keys) where no one sets it."""
 
+    stall: Any
+    """The stall of the training step under way (:class:`sysmetrics.hang.StepStall`: since
+    when, at which step, where), set by the hang watch of the run; None where there is
+    none (the Prometheus exporter's ``sysmetrics_training_stalled_seconds``)."""
+
     job: Job
     """The watched processes (``job.watch(pids)`` adds the trees of other ranks)."""
 
@@ -174,6 +179,7 @@ class SystemMonitor:
         self.pid: int = self.job.pid
         self.step = None
         self.step_timing = None
+        self.stall = None
         # Sampled last in every tick, after the energy counters; not in ``collectors``.
         self._steps = StepCollector(lambda: self.step_timing)
         self._collectors.append(self._steps)

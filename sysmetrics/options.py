@@ -39,6 +39,7 @@ from sysmetrics._checks import (
     check_disk_paths,
     check_engine,
     check_every,
+    check_hang_after,
     check_interval,
     check_logging_interval,
     check_max_series,
@@ -124,6 +125,7 @@ class CallbackOptions(CollectorOptions, _EngineOptions, total=False):
     live_findings: bool
     monitor: SharedMonitor | None
     run_file: PathLike | bool | None
+    hang_after: float | None
 
 
 @dataclass(frozen=True)
@@ -343,6 +345,26 @@ OPTIONS: tuple[Option, ...] = (
         "log directory",
         scope="callback",
         aliases=("jsonl", "log_file"),
+    ),
+    Option(
+        "hang_after",
+        60.0,
+        check_hang_after,
+        "tell a hang live when the step has not advanced for max(hang_after, 5 x the p99 "
+        "step time so far) s (announced evaluations and checkpoints do not count), with "
+        "where the training thread is (and, in a distributed job, where every rank is); "
+        "None tells no hang",
+        unit="s",
+        scope="callback",
+        flag="--hang-after",
+        cli=Flag(
+            "S",
+            "tell a hang when the command's sysmetrics.step() has not advanced for max(S, 5 x "
+            "the p99 step time) seconds, with what the kernel says of its main thread "
+            "(default: 60)",
+            parse_seconds,
+        ),
+        aliases=("stall_after", "hang_timeout"),
     ),
 )
 """Every option, in documentation order."""

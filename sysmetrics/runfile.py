@@ -13,6 +13,12 @@ A run file is UTF-8 JSON, one object per line, appended to by
     {"end": {"seconds": s, "node": int, "samples": int, "dropped": int,
              "exit_status": int | "signal": int, "signal_name": str | "status": str}}
 
+and, between the samples, a ``stall`` record for each stall of the training step that
+the hang watch found (:mod:`sysmetrics.hang`)::
+
+    {"stall": {"time": s since the epoch, "seconds": s, "step": int or null,
+               "kind": str, "where": str, "stack": [str, ...], "said": str, "node": int}}
+
 - ``run`` is the first line of a recording: ``command`` is the command ``record`` ran
   (a list of arguments; null for a callback), ``host`` the machine's name, ``node`` the
   node rank (0 on one node), ``pid`` the process whose tree is watched (the command
@@ -602,7 +608,7 @@ def _fast_sample(
     return True
 
 
-_STARTS = (b'{"run":', b'{"end":', b'{"time":')  # how a writer's lines begin
+_STARTS = (b'{"run":', b'{"end":', b'{"time":', b'{"stall":')  # how a writer's lines begin
 
 
 def _parse(raw: bytes, fast: Optional[Callable[[bytes], Any]]) -> Any:
@@ -667,6 +673,8 @@ def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]
         state.open[rec.node] = state.last
         if rec.node is not None:
             state.nodes.setdefault(rec.node, []).append(state.last)
+    elif isinstance(data.get("stall"), dict):
+        pass  # a stall found live (sysmetrics.hang): no sample, not read back yet
     elif isinstance(data.get("end"), dict):
         end = _fields(data["end"])
         node = _integer(end.get("node"))
@@ -677,6 +685,11 @@ def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]
             run.recordings[r].end = end
     else:
         state.junk += 1
+
+
+def stall_line(fields: Mapping[str, Any]) -> bytes:
+    """A stall found live: ``{"stall": fields}`` (see the module; readers skip it for now)."""
+    return _dumps({"stall": fields})
 
 
 def _utc(t: Optional[float]) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sysmetrics import distributed
+from sysmetrics.hang import HangWatch
 from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.reader import Reader, Snapshot
@@ -35,6 +36,7 @@ class TrainingSession:
         self.sink: JsonlSink | None = None  # the run file
         self.findings: LiveFindings | None = None  # told live, on the logging process
         self.step_timing: TotalsSource | None = None  # what this run set on the monitor
+        self.hang: HangWatch | None = None  # the hang watch, on every rank
         self.cancel_watch: Callable[[], None] | None = None
         self.cleanup: Callable[[], None] | None = None
         self.whole: Reader | None = None  # a reader of the whole run, read at its end
@@ -61,6 +63,9 @@ class TrainingSession:
 
         ``end``: more fields for the run file's end line (``status``).
         """
+        hang, self.hang = self.hang, None
+        if hang is not None:
+            hang.close()  # before the run file closes: its record is written
         monitor, self.monitor = self.monitor, None
         readers = [self.reader, *self.extra]
         self.reader, self.extra = None, []

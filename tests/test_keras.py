@@ -323,3 +323,37 @@ def test_jax_backend(tmp_path: Path) -> None:
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+class SlowValidation(keras.callbacks.Callback):
+    """Each validation batch takes ``seconds``: a long evaluation inside fit."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def on_test_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        time.sleep(self.seconds)
+
+
+def test_a_long_validation_is_no_hang(capsys: pytest.CaptureFixture[str]) -> None:
+    """fit's validation is announced (``on_test_begin``): 4 s of it, with hang_after=1,
+    tells no hang; the same 4 s inside a training batch does (the watch is on)."""
+    x, y = data()
+    model().fit(
+        x, y, batch_size=16, epochs=2, verbose=0, validation_data=(x[:16], y[:16]),
+        callbacks=[SystemMetricsCallback(interval=0.05, hang_after=1), SlowValidation(4.0)],
+    )  # fmt: skip
+    assert "sysmetrics: no step" not in capsys.readouterr().out
+
+    class SlowBatch(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            if batch == 2:
+                time.sleep(4.0)
+
+    model().fit(
+        x, y, batch_size=16, epochs=1, verbose=0,
+        callbacks=[SystemMetricsCallback(interval=0.05, hang_after=1), SlowBatch()],
+    )  # fmt: skip
+    said = [x for x in capsys.readouterr().out.splitlines() if x.startswith("sysmetrics: no step")]
+    assert len(said) == 1 and "(on_train_batch_end)" in said[0], said

@@ -90,7 +90,7 @@ def test_records_flags_are_the_declared_ones() -> None:
     declared = {o.flag: o.name for o in OPTIONS if o.flag is not None}
     assert declared == {f: d for f, d in flags.items() if f in declared}
     assert set(declared) == {"--interval", "--disk-path", "--gpu-ids", "--open-metrics",
-                             "--network-loopback"}  # fmt: skip
+                             "--network-loopback", "--hang-after"}  # fmt: skip
     typed = ["--disk-path", ".", "--open-metrics", "a=http://h/m", "--gpu-ids", "0,GPU-1",
              "--network-loopback", "--interval", "2", "--", "true"]  # fmt: skip
     args = rec.parse_args(typed)
@@ -108,6 +108,7 @@ def test_records_flags_are_the_declared_ones() -> None:
 
 BAD_ON_THE_COMMAND_LINE = {
     "interval": (["--interval", "0"], ["0 is invalid: it must be a number of seconds between"]),
+    "hang_after": (["--hang-after", "0"], ["0 is invalid: it must be a number of seconds above 0"]),
     # ", which" in the path: a message rewritten by regex cut the path's own words.
     "disk_paths": (
         ["--disk-path", "/no/such, which dir"],
@@ -159,6 +160,8 @@ def _stopped_monitor() -> Any:
 BAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("interval", {"interval": 0}),
     ("interval", {"interval": "1"}),
+    ("hang_after", {"hang_after": 0}),
+    ("hang_after", {"hang_after": "60"}),
     ("collectors", {"collectors": [object()]}),
     ("clock", {"clock": 5}),
     ("disk_paths", {"disk_paths": 5}),

@@ -30,6 +30,7 @@ log = logging.getLogger("sysmetrics")
 
 PathLike = Union[str, "os.PathLike[str]"]
 
+RECORDS = 64  # other records (stall) waiting to be written, at most (more are dropped)
 BUFFER = 1000  # samples kept for a writer that fell behind (the oldest are dropped)
 CLOSE_WAIT = 1.0  # seconds close() waits for the writer to drain
 LINK_CHECK = 10.0  # seconds between two checks that the run file still has a name
@@ -173,6 +174,7 @@ class JsonlSink:
         self._lost = 0  # samples dropped while the disk was full
         self._warned = False  # the full disk was said
         self._fragment = False  # the file ends in a fragment: the next line starts anew
+        self._records: collections.deque[bytes] = collections.deque(maxlen=RECORDS)
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._write, name="sysmetrics-jsonl", daemon=True)
         self._thread.start()
@@ -184,6 +186,15 @@ class JsonlSink:
         Behind a stalled disk (the reader's buffer) or a full one (the writer's).
         """
         return self._reader.dropped + self._lost
+
+    def stall(self, fields: Mapping[str, Any]) -> None:
+        """Write a ``stall`` record (:func:`sysmetrics.runfile.stall_line`) after the samples.
+
+        Any thread; never waits (``RECORDS`` records wait at most, the oldest dropped).
+        """
+        if self._multi_node:
+            fields = {**fields, "node": self._node}
+        self._records.append(runfile.stall_line(fields))
 
     def _put(self, data: bytes) -> None:
         """Write ``data`` (whole lines) whole or not at all; raises the write's ``OSError``.
@@ -254,6 +265,9 @@ class JsonlSink:
                         self._put(pending[0])
                         pending.popleft()
                         self.lines += 1
+                    while self._records:
+                        self._put(self._records[0])
+                        self._records.popleft()
                     if stuck:
                         log.info("sysmetrics: the run file %r is written again", self.path)
                     stuck = False

@@ -7,7 +7,9 @@ Needs the ``[prometheus]`` extra (``prometheus-client``). Each scrape reads
 hertz), the key's placeholders become labels (``gpu="0"``, ``path="/"``), and every
 series carries ``host``, ``node`` and ``run`` labels. The monitor's training step
 (``monitor.step``, which callbacks and the recorder set) is served as the gauge
-``sysmetrics_training_step`` while it is known. Scrapes run on the server's own
+``sysmetrics_training_step`` while it is known, and, while the hang watch finds the step
+stalled (``monitor.stall``, :mod:`sysmetrics.hang`), the seconds since it last advanced as
+``sysmetrics_training_stalled_seconds``. Scrapes run on the server's own
 threads, one per connection: a slow or stalled client never delays the monitor's sampling
 or another client's scrape.
 
@@ -70,6 +72,11 @@ STEP_NAME = PREFIX + "training_step"
 STEP_HELP = (
     "Training step the job has reached (monitor.step: the callbacks' global step, "
     "sysmetrics.step() under sysmetrics record)"
+)
+STALL_NAME = PREFIX + "training_stalled_seconds"
+STALL_HELP = (
+    "Seconds since the training step last advanced, while the hang watch finds it stalled "
+    "(monitor.stall; absent otherwise)"
 )
 LABELS = ("host", "node", "run")  # on every series, after the key's own labels
 MAX_RUN = 64  # characters of a run id
@@ -134,6 +141,12 @@ class _MonitorCollector:
                     STEP_NAME, STEP_HELP, labels=LABELS
                 )
                 family.add_metric(self._labels, step)
+            stalled = self._stalled()
+            if stalled is not None:
+                family = families[STALL_NAME] = self._families["gauge"](
+                    STALL_NAME, STALL_HELP, labels=LABELS, unit="seconds"
+                )
+                family.add_metric(self._labels, stalled)
         shapes: dict[str, tuple[str, tuple[str, ...]]] = {}
         seen: set[tuple[str, tuple[str, ...]]] = set()
         cache = self._series
@@ -174,6 +187,18 @@ class _MonitorCollector:
             self._fault("monitor.step could not be read; the step is left out")
             return None
         return value if math.isfinite(value) else None
+
+    def _stalled(self) -> float | None:
+        """Seconds the step has been stalled (``monitor.stall``); None where it is not."""
+        try:
+            stall: object = getattr(self._monitor, "stall", None)
+            since = getattr(stall, "since", None) if stall is not None else None
+            if since is None or not isinstance(since, float):
+                return None
+            return max(0.0, time.time() - since)
+        except Exception:
+            self._fault("monitor.stall could not be read; the stall is left out")
+            return None
 
     def _learn(self, key: str) -> _Series | None:
         """``key``'s series from its description (None: not exported), remembered."""
