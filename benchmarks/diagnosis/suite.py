@@ -300,7 +300,6 @@ PREMISES = {
     "job_saturated": "the job's CPU at least 80 % of the machine's",
     "host_free": "the host under 90 % busy in at least half the readings",
     "others_busy": "other processes at least 0.8 CPUs busy",
-    "cgroup_1024": "a cgroup v1 memory limit of 1 GiB set on the job",
     "cgroup_2048": "a cgroup v1 memory limit of 2 GiB set on the job",
 }
 """What each premise means (the cgroup ones are set up, not measured)."""

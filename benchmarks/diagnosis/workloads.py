@@ -37,10 +37,19 @@ def cgroup_limit_mib() -> float:
         return int(f.read()) / (1 << 20)
 
 
-def resident_mib() -> float:
-    """The resident memory of this process, MiB."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+def proportional_mib() -> float:
+    """The proportional set size (PSS) of this process, MiB: what the recorder counts."""
+    with open("/proc/self/smaps_rollup") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Pss:")) / 1024
+
+
+def hooks(ours: Any, sleeps: Any, after: bool) -> list[Any]:
+    """The callbacks in order: the sleep (the accelerator's compute) inside the step.
+
+    Before sysmetrics' end-of-batch hook; ``after``: after it, as a slow callback of the
+    framework's between steps would be (logging, a progress bar).
+    """
+    return [ours, sleeps] if after else [sleeps, ours]
 
 
 def _torch() -> Any:
@@ -61,8 +70,8 @@ def plain(args: argparse.Namespace) -> None:
     torch = _torch()
     torch.set_num_threads((os.cpu_count() or 1) if args.matmul else 1)
     mib = args.memory_mib
-    if args.fill_cgroup:  # up to this share of this process's cgroup (v1) memory limit
-        mib = max(0, int(args.fill_cgroup * cgroup_limit_mib() - resident_mib()))
+    if args.fill_cgroup:  # PSS up to this share of this process's cgroup (v1) memory limit
+        mib = max(0, int(args.fill_cgroup * cgroup_limit_mib() - proportional_mib()))
     held = bytearray(mib << 20)
     for i in range(0, len(held), 4096):  # touched: resident
         held[i] = 1
@@ -193,7 +202,8 @@ def transformers(args: argparse.Namespace) -> None:
     )  # fmt: skip
     Trainer(
         model=GPT2LMHeadModel(config), args=training, train_dataset=Tokens(steps * 4),
-        callbacks=[SystemMetricsCallback(interval=args.interval, run_file=args.run_file), Sleeps()],
+        callbacks=hooks(SystemMetricsCallback(interval=args.interval, run_file=args.run_file),
+                        Sleeps(), args.sleep_after),
     ).train()  # fmt: skip
 
 
@@ -214,7 +224,14 @@ def keras_job(args: argparse.Namespace) -> None:
     )
     cb = SystemMetricsCallback(interval=args.interval, run_file=args.run_file)
     x = np.random.rand(steps * 8, 8).astype("float32")
-    model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0, callbacks=[cb, sleeps])
+    model.fit(
+        x,
+        x[:, :1],
+        batch_size=8,
+        epochs=1,
+        verbose=0,
+        callbacks=hooks(cb, sleeps, args.sleep_after),
+    )
 
 
 JOBS = {"plain": plain, "lightning": lightning, "transformers": transformers, "keras": keras_job}
@@ -241,6 +258,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-mib", type=int, default=0)
     p.add_argument("--warmup", type=float, default=0.0)
     p.add_argument("--bar", action="store_true")
+    p.add_argument("--sleep-after", action="store_true")
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--run-file", default="run.jsonl")
     p.add_argument("--logs", default="logs")
