@@ -49,7 +49,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 import gpu_runs  # noqa: E402
-from labels import HEALTHY, SCENARIOS, Scenario  # noqa: E402
+from labels import BY_NAME, HEALTHY, SCENARIOS, Scenario  # noqa: E402
 
 WATCH_S = 0.5  # s between two readings of /proc
 CONTENDED_CPUS = 0.8  # CPUs' worth used by other processes: the host is contended
@@ -359,7 +359,10 @@ def judge(o: Outcome, all_rules: set[str]) -> Verdict:
 
 def table(verdicts: list[Verdict], voids: list[Outcome], all_rules: list[str]) -> str:
     """The accuracy table, as text (Markdown)."""
-    lines = ["| scenario | fired | label | top cause | result |", "|---|---|---|---|---|"]
+    lines = [
+        "| scenario | fired | label | top cause | result | issue 32 |",
+        "|---|---|---|---|---|---|",
+    ]
     for v in verdicts:
         s = v.outcome.scenario
         label = " ".join([*(f"+{r}" for r in s.must), *(f"-{r}" for r in s.must_not)])
@@ -370,9 +373,11 @@ def table(verdicts: list[Verdict], voids: list[Outcome], all_rules: list[str]) -
             f" (wrong {', '.join(sorted(v.wrong))})" if v.wrong else "") + (
             "" if v.top_right else " (top cause)")  # fmt: skip
         lines.append(f"| {s.name} | {fired} | {label} | "
-                     f"{'right' if v.top_right else 'wrong'} | {result} |")  # fmt: skip
+                     f"{'right' if v.top_right else 'wrong'} | {result} | {s.issue} |")  # fmt: skip
     for o in voids:
-        lines.append(f"| {o.scenario.name} | - | - | - | void: {o.void or o.error} |")
+        lines.append(
+            f"| {o.scenario.name} | - | - | - | void: {o.void or o.error} | {o.scenario.issue} |"
+        )
     lines += ["", "| rule | required | fired rightly | fired wrongly | precision | recall |",
               "|---|---|---|---|---|---|"]  # fmt: skip
     for rule in all_rules:
@@ -422,6 +427,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--only", nargs="+", metavar="NAME", help="only these scenarios")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     p.add_argument("--work", metavar="DIR", help="keep each run's files here")
+    p.add_argument("--rejudge", metavar="PATH", help="judge a --json file's runs again")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from sysmetrics.findings.registry import REGISTRY
@@ -432,7 +438,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="diagnosis-"))
     began = time.monotonic()
     outcomes = []
-    for s in chosen:
+    if args.rejudge:  # the runs of a previous --json, judged by the labels as they are now
+        kept = json.loads(Path(args.rejudge).read_text())
+        for r in kept["scenarios"]:
+            if r["name"] in BY_NAME and BY_NAME[r["name"]] in chosen:
+                o = Outcome(BY_NAME[r["name"]], [tuple(f) for f in r["fired"]], r["state"])
+                o.void, o.error, o.seconds = r["void"], r["error"], r["seconds"]
+                o.median_step, o.live = r["median_step"], r["live"]
+                o.void = o.void or (_void(o.scenario, o.state) if o.state else "")
+                outcomes.append(o)
+        chosen = [o.scenario for o in outcomes]
+    for s in chosen if not args.rejudge else ():
         o = run(s, work / s.name)
         outcomes.append(o)
         state = " ".join(f"{k}={v:.2f}" for k, v in o.state.items())
@@ -447,6 +463,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             f"{platform.node() or 'host'}: {platform.processor() or platform.machine()}, "
             f"{NCPUS} CPUs, Python {platform.python_version()}; {len(chosen)} scenarios in "
             f"{took / 60:.1f} min")  # fmt: skip
+    if args.rejudge:
+        head = f"{kept['head']} (judged again by the labels of {time.strftime('%Y-%m-%d')})"
     print("\n" + head + "\n\n" + text)
     g = gains(outcomes)
     if g:
