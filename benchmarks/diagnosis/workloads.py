@@ -43,15 +43,6 @@ def proportional_mib() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("Pss:")) / 1024
 
 
-def hooks(ours: Any, sleeps: Any, after: bool) -> list[Any]:
-    """The callbacks in order: the sleep (the accelerator's compute) inside the step.
-
-    Before sysmetrics' end-of-batch hook; ``after``: after it, as a slow callback of the
-    framework's between steps would be (logging, a progress bar).
-    """
-    return [ours, sleeps] if after else [sleeps, ours]
-
-
 def _torch() -> Any:
     import torch
 
@@ -165,7 +156,8 @@ def lightning(args: argparse.Namespace) -> None:
 def transformers(args: argparse.Namespace) -> None:
     """A Trainer of transformers on a tiny config-built GPT-2 (nothing downloaded).
 
-    Each step sleeps ``--step`` s after it (the accelerator).
+    Each forward sleeps ``--step`` s (the accelerator); ``--sleep-after``: a callback
+    after sysmetrics' sleeps instead, at each step's end (a slow callback between steps).
     """
     torch = _torch()
     from transformers import (
@@ -194,6 +186,14 @@ def transformers(args: argparse.Namespace) -> None:
         def on_step_end(self, *a: Any, **kw: Any) -> None:
             time.sleep(args.step)
 
+    class Model(GPT2LMHeadModel):  # type: ignore[misc]
+        """Its forward sleeps ``--step`` s (the accelerator), unless a callback does."""
+
+        def forward(self, *a: Any, **kw: Any) -> Any:
+            if not args.sleep_after:
+                time.sleep(args.step)
+            return super().forward(*a, **kw)
+
     config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)
     steps = max(1, int(args.seconds / max(args.step, 0.01)))
     training = TrainingArguments(
@@ -201,14 +201,17 @@ def transformers(args: argparse.Namespace) -> None:
         logging_steps=10, save_strategy="no", use_cpu=True, disable_tqdm=True,
     )  # fmt: skip
     Trainer(
-        model=GPT2LMHeadModel(config), args=training, train_dataset=Tokens(steps * 4),
-        callbacks=hooks(SystemMetricsCallback(interval=args.interval, run_file=args.run_file),
-                        Sleeps(), args.sleep_after),
+        model=Model(config), args=training, train_dataset=Tokens(steps * 4),
+        callbacks=[SystemMetricsCallback(interval=args.interval, run_file=args.run_file),
+                   *([Sleeps()] if args.sleep_after else [])],
     ).train()  # fmt: skip
 
 
 def keras_job(args: argparse.Namespace) -> None:
-    """Keras (torch backend), a tiny model; each batch sleeps ``--step`` s (the accelerator)."""
+    """Keras (torch backend), a tiny model whose forward sleeps ``--step`` s (the accelerator).
+
+    ``--sleep-after``: a callback after sysmetrics' sleeps instead.
+    """
     os.environ.setdefault("KERAS_BACKEND", "torch")
     import keras
     import numpy as np
@@ -217,10 +220,18 @@ def keras_job(args: argparse.Namespace) -> None:
 
     _torch().set_num_threads(1)
     steps = max(1, int(args.seconds / max(args.step, 0.01)))
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+
+    def compute(x: Any) -> Any:  # the accelerator's compute, inside the step
+        if not args.sleep_after:
+            time.sleep(args.step)
+        return x
+
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Lambda(compute), keras.layers.Dense(1)]
+    )
     model.compile(optimizer="sgd", loss="mse")
-    sleeps = keras.callbacks.LambdaCallback(
-        on_train_batch_end=lambda b, logs: time.sleep(args.step)
+    sleeps = keras.callbacks.LambdaCallback(  # --sleep-after: a slow callback between steps
+        on_train_batch_end=lambda b, logs: time.sleep(args.step if args.sleep_after else 0.0)
     )
     cb = SystemMetricsCallback(interval=args.interval, run_file=args.run_file)
     x = np.random.rand(steps * 8, 8).astype("float32")
@@ -230,7 +241,7 @@ def keras_job(args: argparse.Namespace) -> None:
         batch_size=8,
         epochs=1,
         verbose=0,
-        callbacks=hooks(cb, sleeps, args.sleep_after),
+        callbacks=[cb, sleeps],
     )
 
 
