@@ -11,7 +11,7 @@ comma := ,
 EXTRAS ?= test,dev,lightning,transformers,keras
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: demo host-demo test versions pythons lint docs screenshots bench overhead gpu-check gpu-wheels wheel-check clean
+.PHONY: demo host-demo test versions pythons lint docs screenshots bench overhead diagnosis gpu-check gpu-wheels wheel-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,12 @@ screenshots: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/host_sample.py
 	$(BIN)/python benchmarks/callback_cost.py
+
+# The labelled diagnosis suite (benchmarks/diagnosis, issue 32): each scenario a real job,
+# one at a time (about 15 minutes in all), judged against its label; prints per-rule
+# precision and recall and top-cause accuracy. DIAGNOSIS_ARGS=--quick: the quick subset.
+diagnosis: $(STAMP)
+	$(BIN)/python benchmarks/diagnosis/suite.py $(DIAGNOSIS_ARGS)
 
 # The overhead benchmark beside MLflow's and W&B's samplers, in its own environment so the
 # peers never enter .venv.

@@ -216,6 +216,14 @@ DESCRIPTIONS: tuple[Description, ...] = (
                 "Energy per optimizer step: the growth of every energy counter read "
                 "(gpu.{i}, cpu, memory .energyJoules) over the steps completed",
                 "training_step_energy_joules", weight="steps"),
+    Description("step.maxSeconds", "s", "gauge",
+                "Wall-clock seconds of the longest optimizer step completed in the window "
+                "(callbacks only; where windows are folded, the mean of their longest)",
+                "training_step_max_seconds"),
+    Description("step.slowPercent", "%", "gauge",
+                "% of the optimizer steps completed in the window that took over 3 times the "
+                "running median step (callbacks only; from the 4th sample with steps)",
+                "training_slow_steps_percent", weight="steps"),
     # GPUs: NVIDIA (NVML), AMD (rocm-smi, amd-smi), Apple (gpu.0 only).
     *_GPU,
     *(replace(d, key=d.key.replace("gpu.", "gpu.process.", 1), prometheus=None,

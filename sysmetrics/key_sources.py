@@ -245,6 +245,27 @@ STEPS = Table(
             ),
             ("the energy keys above",),
         ),
+        SourceRow(
+            ("step.maxSeconds",),
+            (
+                " of the longest optimizer step completed in the window, so that one slow step "
+                "(a checkpoint write) among many fast ones is not averaged away. Callbacks only "
+                "(a plain loop under `sysmetrics record` has none); absent at a sample where more"
+                " than one step ended between the clock's reads (rare: the longest is then "
+                "unknown); a folded window's value is the mean of its samples' longest"
+            ),
+            ("the step hooks' times",),
+        ),
+        SourceRow(
+            ("step.slowPercent",),
+            (
+                " of the optimizer steps completed in the window that took over 3 times the "
+                "running median (the median `step.seconds` of up to 64 previous samples, the "
+                "first sample's steps, the warm-up, left out), 0..100. Callbacks only; from the "
+                "4th sample that closed steps (before, there is no median to judge by)"
+            ),
+            ("the step hooks' times",),
+        ),
     ),
 )
 

@@ -18,7 +18,16 @@ any machine key:
   is known;
 - ``step.energyJoules``: energy per step, from the energy counters the monitor reads
   (``gpu.{i}.energyJoules``, ``cpu.energyJoules``, ``memory.energyJoules``), where there
-  are any: the counters' growth between the samples that closed steps, over those steps.
+  are any: the counters' growth between the samples that closed steps, over those steps;
+- ``step.maxSeconds``: the longest of the steps completed since the previous sample
+  (seconds), so that one slow step among many fast ones is not averaged away;
+- ``step.slowPercent``: the share of those steps, 0..100, that took over
+  :data:`SLOW_MULTIPLE` times the running median (the median of the previous samples'
+  ``step.seconds``, the first sample's steps, the warm-up, left out); absent until there
+  is a median (:data:`MEDIAN_SAMPLES` samples after the first).
+
+The last two come from a clock in this process (the callbacks); a plain loop under
+``sysmetrics record`` (the step file) has neither.
 
 The clock sees only what the training thread sees: asynchronous accelerator work queued
 by one step and finished during the next batch's fetch counts as waiting for data (the
@@ -27,8 +36,10 @@ callbacks never synchronise the accelerator).
 
 from __future__ import annotations
 
+import statistics
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, Optional
 
@@ -48,6 +59,26 @@ class StepTotals(NamedTuple):
 
 _ZERO = StepTotals(0, 0.0, 0.0, 0.0)
 
+SLOW_MULTIPLE = 3.0  # times: a step over this many times the running median is slow
+MEDIAN_SAMPLES = 3  # samples with steps (after the first) before steps are judged slow
+MEDIAN_WINDOW = 64  # the running median is of at most this many latest samples
+
+
+class StepWindow(NamedTuple):
+    """A :class:`StepClock`'s totals and its longest step since the reader's last claim.
+
+    Published as one tuple, so that a reader gets the longest step of the very steps the
+    totals grew by.
+    """
+
+    totals: StepTotals
+    since: int  # the longest is of the steps after this many (the reader's last claim)
+    longest: float  # s; NaN where unknown (more than one step ended unclaimed)
+    slow: int  # steps so far over the clock's ``slow_above``
+
+
+_NO_WINDOW = StepWindow(_ZERO, 0, float("nan"), 0)
+
 
 class StepClock:
     """Marks training steps on the training thread; a few hundred ns per mark.
@@ -66,11 +97,26 @@ class StepClock:
 
     """
 
-    __slots__ = ("_clock", "_mark", "_origin", "_samples", "_wait", "totals")
+    __slots__ = (
+        "_clock",
+        "_last",
+        "_mark",
+        "_origin",
+        "_samples",
+        "_wait",
+        "claimed",
+        "slow_above",
+        "totals",
+        "window",
+    )
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
         self.totals = _ZERO  # published once per optimizer step, one tuple
+        self.window = _NO_WINDOW  # the same totals with the longest step, one tuple
+        self.claimed = 0  # set by the reader: the steps it has read (the next window's start)
+        self.slow_above = float("inf")  # s, set by the reader: a longer step is slow
+        self._last = float("nan")  # s: the previous optimizer step's length
         self._origin: float | None = None  # the previous optimizer step's end (or restart)
         self._mark: float | None = None  # the previous batch's end (or restart)
         self._wait = 0.0  # seconds waited in the optimizer step under way
@@ -112,18 +158,36 @@ class StepClock:
         self._origin = now
         if origin is not None:
             t = self.totals
-            self.totals = StepTotals(
+            seconds = now - origin
+            self.totals = totals = StepTotals(
                 t.steps + 1,
-                t.seconds + (now - origin),
+                t.seconds + seconds,
                 t.wait + self._wait,
                 t.samples + self._samples,
             )
+            w = self.window
+            claimed = self.claimed
+            if claimed == w.since:  # the same window: the longest so far
+                longest = seconds if not w.longest >= seconds else w.longest
+            elif claimed == t.steps:  # a new window, this its first step
+                longest = seconds
+            elif claimed == t.steps - 1:  # the step before also ended after the claim
+                longest = max(seconds, self._last)
+            else:
+                longest = float("nan")
+            self._last = seconds
+            slow = w.slow + (seconds > self.slow_above)
+            self.window = StepWindow(totals, claimed, longest, slow)
         self._wait = 0.0
         self._samples = 0.0
 
     def read(self) -> StepTotals:
         """The totals published so far (any thread)."""
         return self.totals
+
+    def read_window(self) -> StepWindow:
+        """The totals with the longest step since the last :attr:`claimed` (any thread)."""
+        return self.window
 
 
 TotalsSource = Callable[[], Optional[StepTotals]]
@@ -155,6 +219,10 @@ class StepCollector(BaseCollector):
         self._prev = _ZERO
         self._energy: dict[str, float] = {}  # this tick's energy counters, J
         self._energy_prev: dict[str, float] | None = None  # at the previous emission
+        self._slow_prev = 0  # the clock's slow steps at the previous emission
+        self._judged = False  # whether the clock judged slow steps since then
+        self._means: deque[float] = deque(maxlen=MEDIAN_WINDOW)  # step.seconds, the first out
+        self._emitted = 0  # samples emitted from this source
         self.weights: dict[str, float] = {}
 
     def observe(self, values: Mapping[str, float]) -> None:
@@ -170,7 +238,12 @@ class StepCollector(BaseCollector):
             self._current = source
             self._prev = _ZERO
             self._energy_prev = dict(self._energy)
-        totals = source() if source is not None else None
+            self._slow_prev, self._judged, self._emitted = 0, False, 0
+            self._means.clear()
+        owner = getattr(source, "__self__", None)
+        clock = owner if isinstance(owner, StepClock) else None
+        window = clock.read_window() if clock is not None else None
+        totals = window.totals if window is not None else source() if source is not None else None
         if totals is None:
             return {}
         prev = self._prev
@@ -192,10 +265,30 @@ class StepCollector(BaseCollector):
             if joules >= 0.0:
                 out["step.energyJoules"] = joules / steps
         self._energy_prev = dict(energy)
+        if clock is not None and window is not None:
+            self._slowest(clock, window, prev, out)
         # Each key weighs as its description says: by these steps, or by their seconds.
         by = {"steps": float(steps), "step_seconds": seconds, "sample": 1.0}
         self.weights = {key: by[weight(key)] for key in out}
         return out
+
+    def _slowest(
+        self, clock: StepClock, window: StepWindow, prev: StepTotals, out: dict[str, float]
+    ) -> None:
+        """Add ``step.maxSeconds`` and ``step.slowPercent``; claim the steps read; judge."""
+        steps = window.totals.steps - prev.steps
+        if window.since == prev.steps and window.longest == window.longest:
+            out["step.maxSeconds"] = window.longest
+        if self._judged:
+            out["step.slowPercent"] = 100.0 * (window.slow - self._slow_prev) / steps
+        self._slow_prev = window.slow
+        clock.claimed = window.totals.steps  # the next window starts after these
+        self._emitted += 1
+        if self._emitted > 1:  # the first sample's steps are the warm-up: no median's
+            self._means.append(out["step.seconds"])
+        if len(self._means) >= MEDIAN_SAMPLES:
+            clock.slow_above = SLOW_MULTIPLE * statistics.median(self._means)
+            self._judged = True
 
 
 def batch_size(batch: object) -> int | None:

@@ -47,7 +47,7 @@ from sysmetrics.collectors.tpu import parse_tpu_info
 from sysmetrics.collectors.trainium import parse_neuron_monitor
 from sysmetrics.descriptions import DESCRIPTIONS, Description, describe, markdown_table
 from sysmetrics.host import default_source
-from sysmetrics.steptime import StepCollector, StepTotals
+from sysmetrics.steptime import StepClock, StepCollector, StepTotals
 from tests.nvml_standin import GPU
 from tests.test_cgroup import swap_source
 from tests.test_ipu import device as ipu_device
@@ -117,6 +117,19 @@ def samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Samples
     totals = StepTotals(4, 2.0, 0.5, 64.0)
     steps.observe({"cpu.energyJoules": 10.0})
     out["steps"] = [(steps, steps.sample())]
+    # A callback's clock: its longest step and slow steps too (from the 4th sample on).
+    now = [0.0]
+    clock = StepClock(lambda: now[0])
+    read = clock.read
+    timed = StepCollector(lambda: read)
+    clock.restart()
+    for seconds in (1.0, 1.0, 1.0, 1.0, 1.0, 9.0):
+        now[0] += seconds
+        clock.begin()
+        clock.end()
+        timed_sample = timed.sample()
+    assert {"step.maxSeconds", "step.slowPercent"} <= timed_sample.keys()
+    out["steps"].append((timed, timed_sample))
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     instances = [GPU("MIG-b0", used=1 << 30, total=10 << 30, is_mig=True),

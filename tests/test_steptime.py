@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sysmetrics.collectors.base import BaseCollector
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.steptime import StepClock, StepCollector, StepTotals, batch_size
@@ -128,3 +130,31 @@ def test_batch_size_finds_the_first_dimension() -> None:
     assert batch_size({"input_ids": Arr()}) == 16
     assert batch_size(["a", "b"]) == 1  # a string: its length
     assert batch_size(7) is None
+
+
+def test_each_window_keeps_its_longest_step_and_counts_the_slow_ones() -> None:
+    """Issue 32: a 1 s step among 0.1 s ones is the window's step.maxSeconds whatever the
+    window's length, and its slow step; the first window (warm-up: a 6 s first step)
+    is never judged slow."""
+
+    now = [0.0]
+    clock = StepClock(lambda: now[0])
+    read = clock.read
+    collector = StepCollector(lambda: read)
+    clock.restart()
+    windows = []
+    for w in range(12):
+        for i in range(10):
+            now[0] += 6.0 if (w, i) == (0, 0) else 1.0 if (w > 5 and i == 4) else 0.1
+            clock.begin()
+            clock.end()
+        windows.append(collector.sample())
+    assert windows[0]["step.maxSeconds"] == pytest.approx(6.0)
+    assert "step.slowPercent" not in windows[0]  # no median yet: the warm-up is not judged
+    for w in windows[6:]:
+        assert w["step.seconds"] == pytest.approx(0.19)  # the mean: under 2 times the median
+        assert w["step.maxSeconds"] == pytest.approx(1.0)
+        assert w["step.slowPercent"] == pytest.approx(10.0)
+    for w in windows[4:6]:
+        assert w["step.maxSeconds"] == pytest.approx(0.1)
+        assert w["step.slowPercent"] == 0.0

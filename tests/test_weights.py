@@ -145,8 +145,14 @@ def test_the_step_collector_weighs_each_key_as_its_description_says() -> None:
         t[0] += 0.04
         clock.end(samples=8)
     out = steps.sample()
-    assert set(out) == {"step.seconds", "step.dataWaitPercent", "step.samplesPerSecond"}
-    by = {"steps": 2.0, "step_seconds": 0.1}
+    # step.maxSeconds: the longest of the two (a clock of this process keeps it)
+    assert set(out) == {
+        "step.seconds",
+        "step.dataWaitPercent",
+        "step.samplesPerSecond",
+        "step.maxSeconds",
+    }
+    by = {"steps": 2.0, "step_seconds": 0.1, "sample": 1.0}
     assert steps.weights == {k: pytest.approx(by[weight(k)]) for k in out}
     declared = {d.key: d.weight for d in DESCRIPTIONS if d.key.startswith("step.")}
     assert declared == {
@@ -154,6 +160,8 @@ def test_the_step_collector_weighs_each_key_as_its_description_says() -> None:
         "step.dataWaitPercent": "step_seconds",
         "step.samplesPerSecond": "step_seconds",
         "step.energyJoules": "steps",
+        "step.maxSeconds": "sample",
+        "step.slowPercent": "steps",
     }
     assert {weight("cpu"), weight("step.seconds.max"), weight("no.such.key")} == {"sample"}
 

@@ -31,9 +31,11 @@ from sysmetrics.findings._base import (
 from sysmetrics.findings.machine import DISK_READ_MIB_S, SWAP_KEY, THROTTLE_REASONS
 from sysmetrics.runfile import Run, Span
 from sysmetrics.runview import Pace
+from sysmetrics.steptime import SLOW_MULTIPLE
 from sysmetrics.weights import sample_weights, weighted_mean
 
 WAIT_KEY = "step.dataWaitPercent"
+MAX_KEY = "step.maxSeconds"  # a sample's longest step (sysmetrics.steptime)
 INPUT_WAIT_PERCENT = 30.0  # %: steps' data wait above this, weighted by their seconds ...
 INPUT_SPAN_SHARE = 0.30  # ... over a stretch of at least this share of the steps' seconds
 INPUT_CPU_PERCENT = 80.0  # %: the job's cpu above this: saturated (both paths)
@@ -48,11 +50,11 @@ STALL_STEP_TIMES = 10.0  # ... this many times the run's median seconds per step
 STALL_IDLE_PERCENT = 10.0  # %: the job's cpu and GPUs below this while stalled: idle
 MAX_STALLS = 5  # stall findings at most (the longest)
 
-SLOW_FACTOR = 3.0  # a step slower than this many times the run's median is slow ...
+SLOW_FACTOR = SLOW_MULTIPLE  # a step slower than this many times the run's median is slow ...
 SLOW_SHARE = 0.05  # ... in at least this share of the samples (or step changes)
 SPIKE_FACTOR = 2.0  # a key whose mean during slow steps is this many times its median ...
 SPIKE_POINTS = 20.0  # ... (a % key: this many points above it) coincided with them
-SPIKE_DISK_MIB_S = 10.0  # MiB/s: a disk read rate that coincides is at least this
+SPIKE_DISK_MIB_S = 10.0  # MiB/s: a disk read or write rate that coincides is at least this
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,7 @@ class SlowStepsThresholds:
         SPIKE_DISK_MIB_S,
         "SPIKE_DISK_MIB_S",
         "MiB/s",
-        "a disk read rate that coincides is at least this",
+        "a disk read or write rate that coincides is at least this",
     )
 
 
@@ -263,13 +265,14 @@ def _coincided(
     """What was different during the ``slow`` samples from the ``rest``: words and numbers."""
     said: list[str] = []
     evidence: dict[str, float] = {}
-    disk = rates(run, "disk.in")
-    during = mean(r for j in slow if (r := disk[j]) is not None)
-    usual = [r for j in rest if (r := disk[j]) is not None]
-    base = statistics.median(usual) if usual else 0.0
-    if during == during and during >= max(t.spike_factor * base, t.spike_disk_mib_s):
-        said.append(f"disk reads at {during:.0f} MiB/s (elsewhere {base:.0f})")
-        evidence["disk_read_mib_s"] = during
+    for key, what, name in (("disk.in", "reads", "read"), ("disk.out", "writes", "write")):
+        disk = rates(run, key)
+        during = mean(r for j in slow if (r := disk[j]) is not None)
+        usual = [r for j in rest if (r := disk[j]) is not None]
+        base = statistics.median(usual) if usual else 0.0
+        if during == during and during >= max(t.spike_factor * base, t.spike_disk_mib_s):
+            said.append(f"disk {what} at {during:.0f} MiB/s (elsewhere {base:.0f})")
+            evidence[f"disk_{name}_mib_s"] = during
     swap_column = run.columns.get(SWAP_KEY)
     swap_during, swap_rest = present(swap_column, slow), present(swap_column, rest)
     if swap_during and swap_rest:
@@ -319,7 +322,14 @@ def slow_steps(run: Run, t: SlowStepsThresholds = SLOW_STEPS) -> list[Finding]:
     column = run.columns.get("step.seconds")
     paces: list[Pace]
     if column is not None and any(v == v for v in column):
-        paces = [Pace(j, [j], v, v) for j, v in enumerate(column) if v == v]
+        # A sample's longest step (step.maxSeconds, where the clock kept it) is what is
+        # judged: one slow step among many fast ones is not averaged away.
+        longest = run.columns.get(MAX_KEY)
+        paces = [
+            Pace(j, [j], v, m if longest is not None and (m := longest[j]) == m else v)
+            for j, v in enumerate(column)
+            if v == v
+        ]
         source = "samples"
     else:
         seen = view(run)
@@ -537,17 +547,20 @@ SLOW_STEPS_RULE = Rule(
     check=slow_steps,
     why="Occasional slow steps (a disk burst, swapping, throttling, garbage collection) "
     "cost time the mean hides.",
-    how="`step.seconds` above `factor` times the median in at least `share` of the samples "
-    "with it; each recording's first sample with a step (its warm-up: compilation, the "
-    "first batch, workers starting) is left out. Without step keys, from the samples' "
-    "step changes (stalls left out): a step took at most the time from its first sample "
-    "to the next step's, and at least the time to its last sample; the median is of the "
-    "most, and a step is slow where even its least is over `factor` times it, so a step "
-    "faster than the samples never looks slow. Coincided, over the samples of the slow "
-    "steps against the others' median: the `disk.in` read rate at least `spike_factor` "
-    "times and at least `spike_disk_mib_s`; `memory.swapPercent` more than 1 point "
-    "higher; a `gpu.{i}.throttle.*` reason in 25 % more of them; the gauge key whose peak "
-    "stands out most (a % key at least `spike_points` points; any other at least "
-    "`spike_factor` times). A step.seconds value is the mean of the steps a sample "
-    "closed: one slow step among many fast ones in one interval is diluted",
+    how="a sample's longest step (`step.maxSeconds`, where the callbacks' clock kept it; "
+    "else its mean `step.seconds`) above `factor` times the median `step.seconds` in at "
+    "least `share` of the samples with it; each recording's first sample with a step "
+    "(its warm-up: compilation, the first batch, workers starting) is left out. Without "
+    "step keys, from the samples' step changes (stalls left out): a step took at most "
+    "the time from its first sample to the next step's, and at least the time to its "
+    "last sample; the median is of the most, and a step is slow where even its least is "
+    "over `factor` times it, so a step faster than the samples never looks slow. "
+    "Coincided, over the samples of the slow steps against the others' median: the "
+    "`disk.in` read or `disk.out` write rate at least `spike_factor` times and at least "
+    "`spike_disk_mib_s`; `memory.swapPercent` more than 1 point higher; a "
+    "`gpu.{i}.throttle.*` reason in 25 % more of them; the gauge key whose peak stands "
+    "out most (a % key at least `spike_points` points; any other at least `spike_factor` "
+    "times). Without `step.maxSeconds` (a plain loop under `record`), a step.seconds "
+    "value is the mean of the steps a sample closed: one slow step among many fast ones "
+    "in one interval is diluted",
 )
