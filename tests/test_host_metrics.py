@@ -23,6 +23,9 @@ from sysmetrics.host import HostSource, ProcfsSource, PsutilSource
 
 SOURCES = ["psutil"] + (["procfs"] if ProcfsSource.supported() else [])
 
+# Every test here checks a number against the kernel's truth (docs/development.md, "Markers").
+pytestmark = pytest.mark.kernel
+
 
 @pytest.fixture(params=SOURCES)
 def source(request: pytest.FixtureRequest) -> HostSource:
@@ -82,6 +85,7 @@ def test_every_catalogue_key_is_reported(source: HostSource, tmp_path: Path) -> 
     assert 0 < snap["memory"] < 100 and 0 < snap["disk./.usagePercent"] < 100
 
 
+@pytest.mark.serial
 def test_cpu_of_a_spinning_thread_is_one_cpu_over_available(
     source: HostSource, spinning_thread: None
 ) -> None:
@@ -143,6 +147,7 @@ def test_disk_out_counts_written_and_synced_bytes(source: HostSource, tmp_path: 
 
 
 @pytest.mark.parametrize("track", [True, False])
+@pytest.mark.serial
 def test_spinning_child_counts_only_with_process_tree(source: HostSource, track: bool) -> None:
     with python_child("while True: pass"):
         time.sleep(0.3)
@@ -250,6 +255,7 @@ def test_a_child_born_between_samples_counts_whatever_the_boot_time(tmp_path: Pa
     assert snap["cpu"] > 0.8 * child_percent, (snap["cpu"], child_percent)
 
 
+@pytest.mark.serial
 def test_a_child_started_after_a_snapshot_counts_in_the_next(source: HostSource) -> None:
     """The issue's repro through a SystemMonitor, on this machine's real boot time."""
     with monitor(source, interval=1.0) as m:
