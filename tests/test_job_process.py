@@ -151,6 +151,7 @@ def percent(seconds: float, elapsed: float, cpus: float) -> float:
 
 
 @pytest.mark.kernel
+@pytest.mark.serial
 def test_a_sibling_counts_only_once_watched(source: HostSource) -> None:
     with python_child(IDLE) as a, python_child(SPIN) as b:
         # b born ticks before the first walk: a new root born at or after the clock tick
@@ -188,6 +189,7 @@ def test_a_root_and_its_workers_are_walked_at_the_next_sample(source: HostSource
     not hasattr(os, "sched_setaffinity") or available_cpus() < 2, reason="needs two CPUs"
 )
 @pytest.mark.kernel
+@pytest.mark.serial
 def test_the_job_may_use_the_union_of_its_roots_cpus(source: HostSource, tmp_path: Path) -> None:
     """Ranks pinned to one CPU each: two ranks may use two CPUs, and one spinning is half."""
     first, second = sorted(os.sched_getaffinity(0))[:2]
@@ -455,6 +457,8 @@ def test_pss_is_left_out_where_a_process_cannot_be_read(source: HostSource) -> N
     assert result["logged"] == 1
 
 
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_each_pss_reading_is_reported_once() -> None:
     """Regression (issue 22, item 1): a PSS reading was repeated at every sample for up to
     two periods (20 s), a value not measured since the previous sample shown as a new
@@ -598,6 +602,7 @@ time.sleep(600)
 
 @pytest.mark.skipif(not LINUX, reason="PSS is Linux only")
 @pytest.mark.kernel
+@pytest.mark.serial
 def test_pss_follows_memory_grown_right_after_start(source: HostSource) -> None:
     """Regression: PSS was read at the first sample, then every 10 s, so a command that
     allocates right after it starts showed a few MiB of PSS beside GiBs of RSS for 10 s.
