@@ -131,6 +131,7 @@ def test_overrunning_samples_skip_ticks_instead_of_bunching() -> None:
     assert times == pytest.approx([k * 0.15 for k in range(11)])
 
 
+@pytest.mark.serial
 def test_the_schedule_holds_on_a_real_clock() -> None:
     """The same schedule on the real clock: samples land on the grid, on average."""
     interval, cost = 0.05, 0.02
