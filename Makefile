@@ -10,6 +10,9 @@ BIN := $(VENV)/bin
 comma := ,
 EXTRAS ?= test,dev,lightning,transformers,keras
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+# tox creates its envs with uv (tox-uv), which reads no pip configuration: it gets pip's
+# find-links (where a machine may keep torch's CPU build) unless it was given its own.
+export UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
 
 .PHONY: demo host-demo test versions pythons lint docs screenshots bench overhead diagnosis gpu-check gpu-wheels wheel-check clean
 
@@ -24,8 +27,16 @@ demo: $(STAMP)
 host-demo: $(STAMP)
 	$(BIN)/python examples/host_demo.py
 
+# The suite in two passes, both run whatever the first says: the tests that compare a CPU
+# share or a host-wide counter with what they did (marker `serial`) alone, after all the
+# others in parallel on TEST_WORKERS processes (pytest-xdist): most tests wait on a
+# sampler's clock, not on a CPU, so there are more workers than the CI machine's 2 CPUs.
+TEST_WORKERS ?= 4
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	@status=0; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial" || status=$$?; \
+	$(BIN)/python -m pytest -p no:xdist -m serial || status=$$?; \
+	exit $$status
 
 # Each framework's tests, and the report's, at the minimum version pyproject.toml declares
 # (tox envs; the
@@ -36,18 +47,21 @@ versions: $(STAMP)
 # The engine, record and report tests on the oldest and newest Python that pyproject.toml
 # declares (tox envs engine-py39, engine-py313). pyenv's shims run only the `pyenv global`
 # version, so each interpreter is looked for in pyenv's versions first, then on PATH, and
-# handed to tox; one that is absent is skipped with the reason (exit 0: tox would fail a
-# run whose every env it skipped).
+# handed to tox (--discover) and to uv, which creates tox's envs and looks for them on PATH
+# alone (their folders first; it downloads no Python); one that is absent is skipped with
+# the reason (exit 0: tox would fail a run whose every env it skipped).
 PYENV_ROOT ?= $(HOME)/.pyenv
 pythons: $(STAMP)
-	@envs=; found=; for v in 3.9 3.13; do \
+	@envs=; found=; dirs=; for v in 3.9 3.13; do \
 		py=$$(ls -d $(PYENV_ROOT)/versions/$$v.*/bin/python$$v 2>/dev/null | sort -V | tail -n 1); \
 		test -n "$$py" || py=$$(command -v python$$v || true); \
 		env=engine-py$$(echo $$v | tr -d .); \
-		if test -n "$$py" && "$$py" -c '' 2>/dev/null; then found="$$found $$py"; envs="$$envs,$$env"; \
+		if test -n "$$py" && "$$py" -c '' 2>/dev/null; then \
+			found="$$found $$py"; envs="$$envs,$$env"; dirs="$$dirs$$(dirname $$py):"; \
 		else echo "$$env: skipped, no Python $$v (neither in $(PYENV_ROOT)/versions nor on PATH)"; fi; \
 	done; \
-	test -z "$$envs" || { set -x; $(BIN)/tox --discover $$found -e $${envs#,}; }
+	test -z "$$envs" || { set -x; PATH="$$dirs$$PATH" UV_PYTHON_DOWNLOADS=never \
+		$(BIN)/tox --discover $$found -e $${envs#,}; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

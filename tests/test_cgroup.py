@@ -434,6 +434,8 @@ def _set_quota(cg: Cgroup, path: str, quota_us: int, period_us: int = 100_000) -
         Path(path, "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
 
 
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_cpu_follows_a_real_cgroup_resize_from_one_cpu_to_half() -> None:
     """A spinning child in a real cgroup limited to 1 CPU, then 0.5 CPU (a live resize).
 

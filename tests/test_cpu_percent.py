@@ -167,6 +167,8 @@ TORCHRUN_MAIN = "start_log()\nfrom torch.distributed.run import main\nmain()\n" 
 
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun comes with torch")
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_torchrun_start_up_reads_no_cpu_over_100(tmp_path: Path) -> None:
     """Regression: the ranks, found by a walk 0.5 s after their birth, had all their CPU
     since then put into one 0.25 s window (174 %), and the window before read 0.0."""
@@ -181,6 +183,8 @@ def test_torchrun_start_up_reads_no_cpu_over_100(tmp_path: Path) -> None:
     check_cpu(samples, logs, 3)
 
 
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_dataloader_workers_start_up_reads_no_cpu_over_100(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     script = tmp_path / "loader.py"

@@ -89,6 +89,9 @@ def _openmetrics_pages() -> list[str]:
 def samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Samples]:
     """Per source, (collector, one sample of it): what every collector emits."""
     source, pid = default_source(), os.getpid()
+    # The first sample waits for the first PSS reading (0.2 s by default, then leaves the
+    # PSS keys out): as long as it takes on a machine busy with other tests.
+    monkeypatch.setattr(ProcessCollector, "pss_first_wait_s", 30.0)
     dotted = tmp_path / "data.v2"  # a disk path with a dot in it
     dotted.mkdir()
     host: list[Collector] = [

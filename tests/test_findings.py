@@ -674,6 +674,8 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_a_recorded_run_spinning_every_cpu_is_cpu_bound(tmp_path: Path) -> None:
     """Every available CPU spun for 3 s: ``cpu-bound``; on a machine shared with other
     jobs (this one runs several test sessions at once) the job may get less than it asks

@@ -18,10 +18,13 @@ from pathlib import Path
 import pytest
 
 from sysmetrics import SystemMonitor
-from sysmetrics.collectors import host_collectors
+from sysmetrics.collectors import ProcessCollector, host_collectors
 from sysmetrics.host import HostSource, ProcfsSource, PsutilSource
 
 SOURCES = ["psutil"] + (["procfs"] if ProcfsSource.supported() else [])
+
+# Every test here checks a number against the kernel's truth (docs/development.md, "Markers").
+pytestmark = pytest.mark.kernel
 
 
 @pytest.fixture(params=SOURCES)
@@ -66,7 +69,12 @@ def available_cpus() -> float:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def test_every_catalogue_key_is_reported(source: HostSource, tmp_path: Path) -> None:
+def test_every_catalogue_key_is_reported(
+    source: HostSource, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # start()'s sample waits for the first PSS reading (0.2 s by default, then leaves the
+    # PSS keys out): as long as it takes on a machine busy with other tests.
+    monkeypatch.setattr(ProcessCollector, "pss_first_wait_s", 30.0)
     with monitor(source, disk_paths=("/", str(tmp_path))) as m:
         snap = m.snapshot()
     expected = {
@@ -82,6 +90,7 @@ def test_every_catalogue_key_is_reported(source: HostSource, tmp_path: Path) -> 
     assert 0 < snap["memory"] < 100 and 0 < snap["disk./.usagePercent"] < 100
 
 
+@pytest.mark.serial
 def test_cpu_of_a_spinning_thread_is_one_cpu_over_available(
     source: HostSource, spinning_thread: None
 ) -> None:
@@ -143,6 +152,7 @@ def test_disk_out_counts_written_and_synced_bytes(source: HostSource, tmp_path: 
 
 
 @pytest.mark.parametrize("track", [True, False])
+@pytest.mark.serial
 def test_spinning_child_counts_only_with_process_tree(source: HostSource, track: bool) -> None:
     with python_child("while True: pass"):
         time.sleep(0.3)
@@ -229,11 +239,10 @@ def procfs_root_with_btime_shift(tmp_path: Path, shift: int) -> Path:
 
 
 @pytest.mark.skipif(not ProcfsSource.supported(), reason="needs Linux procfs")
+@pytest.mark.serial
 def test_a_child_born_between_samples_counts_whatever_the_boot_time(tmp_path: Path) -> None:
     """Regression: a newborn child looked older than it was (btime has whole-second
     resolution), and its CPU was dropped as that of an old process joining the tree."""
-    from sysmetrics.collectors import ProcessCollector
-
     root = procfs_root_with_btime_shift(tmp_path, 1)
     collector = ProcessCollector(ProcfsSource(root=str(root)), os.getpid())
     collector.sample()
@@ -250,6 +259,7 @@ def test_a_child_born_between_samples_counts_whatever_the_boot_time(tmp_path: Pa
     assert snap["cpu"] > 0.8 * child_percent, (snap["cpu"], child_percent)
 
 
+@pytest.mark.serial
 def test_a_child_started_after_a_snapshot_counts_in_the_next(source: HostSource) -> None:
     """The issue's repro through a SystemMonitor, on this machine's real boot time."""
     with monitor(source, interval=1.0) as m:

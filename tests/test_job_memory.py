@@ -28,9 +28,13 @@ from sysmetrics import SystemMonitor
 from sysmetrics.findings import findings, read_run
 from sysmetrics.sinks.jsonl import JsonlSink
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists("/proc/self/smaps_rollup"), reason="PSS needs Linux smaps_rollup"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.exists("/proc/self/smaps_rollup"), reason="PSS needs Linux smaps_rollup"
+    ),
+    pytest.mark.kernel,  # the job's memory against the kernel's smaps
+    pytest.mark.serial,  # in percent of the host's available memory, which others' tests move
+]
 
 MiB = 2**20
 

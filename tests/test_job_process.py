@@ -150,6 +150,8 @@ def percent(seconds: float, elapsed: float, cpus: float) -> float:
     return seconds / elapsed / cpus * 100.0
 
 
+@pytest.mark.kernel
+@pytest.mark.serial
 def test_a_sibling_counts_only_once_watched(source: HostSource) -> None:
     with python_child(IDLE) as a, python_child(SPIN) as b:
         # b born ticks before the first walk: a new root born at or after the clock tick
@@ -186,6 +188,8 @@ def test_a_root_and_its_workers_are_walked_at_the_next_sample(source: HostSource
 @pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or available_cpus() < 2, reason="needs two CPUs"
 )
+@pytest.mark.kernel
+@pytest.mark.serial
 def test_the_job_may_use_the_union_of_its_roots_cpus(source: HostSource, tmp_path: Path) -> None:
     """Ranks pinned to one CPU each: two ranks may use two CPUs, and one spinning is half."""
     first, second = sorted(os.sched_getaffinity(0))[:2]
@@ -228,6 +232,7 @@ def test_a_root_that_ends_is_dropped(source: HostSource) -> None:
 # --- rediscovery only when the tree may have changed -------------------------------------
 
 
+@pytest.mark.kernel
 def test_a_process_born_between_walks_has_its_cpu_spread_over_its_life(
     source: HostSource,
 ) -> None:
@@ -254,6 +259,7 @@ def test_a_process_born_between_walks_has_its_cpu_spread_over_its_life(
 
 
 @pytest.mark.parametrize("seen", [True, False], ids=["walked-alive", "never-walked"])
+@pytest.mark.kernel
 def test_a_child_reaped_between_walks_counts_once(source: HostSource, seen: bool) -> None:
     """Regression (b): a child that ends between two walks and is reaped inside the tree
     counts once, whether a walk saw it alive or not (its CPU moves to our children time)."""
@@ -376,6 +382,7 @@ def pss_sample(collector: ProcessCollector) -> dict[str, float]:
 
 
 @pytest.mark.skipif(not LINUX, reason="PSS is Linux only")
+@pytest.mark.kernel
 def test_pss_splits_the_pages_forked_workers_share(source: HostSource) -> None:
     child = subprocess.Popen(
         [sys.executable, "-c", SHARED], stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -450,6 +457,8 @@ def test_pss_is_left_out_where_a_process_cannot_be_read(source: HostSource) -> N
     assert result["logged"] == 1
 
 
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_each_pss_reading_is_reported_once() -> None:
     """Regression (issue 22, item 1): a PSS reading was repeated at every sample for up to
     two periods (20 s), a value not measured since the previous sample shown as a new
@@ -478,6 +487,8 @@ def test_each_pss_reading_is_reported_once() -> None:
 # --- windows too short, finished roots, memory that grows at start ----------------------
 
 
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_no_cpu_in_a_first_sample_a_few_ms_after_the_start(source: HostSource) -> None:
     """Regression: a command sampled ~20 ms after it started read ``cpu`` 0.0 (its start
     time is known to the 10 ms tick, its CPU time to the tick too); the first sample now
@@ -494,6 +505,8 @@ def test_no_cpu_in_a_first_sample_a_few_ms_after_the_start(source: HostSource) -
     assert 0.5 * one_cpu < second["cpu"] < 1.4 * one_cpu + 5, second
 
 
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_cpu_is_left_out_of_a_window_shorter_than_a_clock_tick(source: HostSource) -> None:
     """Regression: a sample ~1 ms after the previous one (the last sample at ``stop()``)
     read 0 or 133 % (CPU times move in 10 ms ticks); it now has no ``cpu``, and the next
@@ -588,6 +601,8 @@ time.sleep(600)
 
 
 @pytest.mark.skipif(not LINUX, reason="PSS is Linux only")
+@pytest.mark.kernel
+@pytest.mark.serial
 def test_pss_follows_memory_grown_right_after_start(source: HostSource) -> None:
     """Regression: PSS was read at the first sample, then every 10 s, so a command that
     allocates right after it starts showed a few MiB of PSS beside GiBs of RSS for 10 s.

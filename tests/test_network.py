@@ -153,6 +153,8 @@ def veth_namespace() -> Iterator[tuple[str, str]]:
         _ip("netns", "del", ns)
 
 
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_traffic_into_another_namespace_is_network_traffic(source: HostSource) -> None:
     """100 MB sent through a veth into a namespace moves ``network.sent`` by about 100 MB."""
     with veth_namespace() as (ns, address):
@@ -178,6 +180,8 @@ def test_traffic_into_another_namespace_is_network_traffic(source: HostSource) -
     assert snap["network.recv"] < TOTAL * 0.1, snap["network.recv"]  # the ACKs
 
 
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_the_namespace_is_gone_afterwards() -> None:
     """The namespace and the veth pair are deleted, also when the test body fails."""
     with pytest.raises(RuntimeError), veth_namespace() as (ns, _):

@@ -52,6 +52,7 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+@pytest.mark.serial
 def test_a_plain_loop_under_the_recorder_gets_the_step_keys(tmp_path: Path) -> None:
     """20 ms per batch fetch, 30 ms per step body: 50 ms steps, 40 % waiting, read back
     from the run file. ``LOCAL_RANK=0`` with ``RANK=1`` (node 1's first rank, as torchrun

@@ -63,6 +63,8 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [x for x in records if "metrics" in x]
 
 
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_records_the_commands_load_memory_and_steps(tmp_path: Path) -> None:
     run = tmp_path / "run.jsonl"
     out = tmp_path / "data.bin"

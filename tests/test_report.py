@@ -59,6 +59,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
+@pytest.mark.serial
+@pytest.mark.kernel
 def test_report_of_a_recorded_run(recorded: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
     done = cli("report", str(recorded), "-o", str(out), "--png", str(tmp_path / "png"))

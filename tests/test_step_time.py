@@ -122,6 +122,7 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])
+@pytest.mark.serial
 def test_lightning_step_time_and_data_wait(tmp_path: Path, accumulate: int) -> None:
     from sysmetrics.integrations.lightning import SystemMetricsCallback
 
@@ -142,6 +143,7 @@ def test_lightning_step_time_and_data_wait(tmp_path: Path, accumulate: int) -> N
     assert abs(median - per_step) <= 0.2 * per_step, closed
 
 
+@pytest.mark.serial
 def test_lightning_shared_monitor_gets_the_keys_for_the_run_only(tmp_path: Path) -> None:
     from sysmetrics.integrations.lightning import SystemMetricsCallback
 
@@ -197,6 +199,7 @@ def transformers_train(tmp_path: Path, callback: Any, accumulate: int = 1) -> li
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])
+@pytest.mark.serial
 def test_transformers_step_time_and_data_wait(tmp_path: Path, accumulate: int) -> None:
     pytest.importorskip("transformers", reason="needs the [transformers] extra")
     from sysmetrics.integrations.transformers import SystemMetricsCallback
@@ -249,6 +252,7 @@ def keras_fit(tmp_path: Path, callback: Any, accumulate: int = 1) -> tuple[list[
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])
+@pytest.mark.serial
 def test_keras_step_time_and_data_wait(tmp_path: Path, accumulate: int) -> None:
     keras = pytest.importorskip("keras", reason="needs the [keras] extra")
     from sysmetrics.integrations.keras import SystemMetricsCallback
