@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sysmetrics import report, runfile, stepfile
+from sysmetrics import report, runfile, stepfile, top
 from sysmetrics._child import (
     _ending,
     _has_terminal,
@@ -111,7 +111,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "stderr, as the option live_findings of the callbacks)",
     )
     rec.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
-    return parser, {"record": rec, "report": report.add_parser(subs)}
+    return parser, {"record": rec, "report": report.add_parser(subs), "top": top.add_parser(subs)}
 
 
 class _Proxy:
@@ -493,4 +493,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             sub.error(_unknown(extra, sub))
         if args.subcommand == "report":
             return report.report_command(args, subparsers["report"])
+        if args.subcommand == "top":
+            return top.top_command(args, subparsers["top"])
         return record(args, subparsers["record"])

@@ -51,9 +51,7 @@ def run_notebook(*cells: str, timeout: int = 300) -> tuple[Any, list[dict[str, A
 def panel_messages(messages: list[dict[str, Any]]) -> tuple[str, list[str]]:
     """The panel's display id and the plain text of its display and each update, in order."""
     shown = [m for m in messages if m["msg_type"] == "display_data"]
-    panels = [
-        m for m in shown if "sysmetrics-panel" in m["content"]["data"].get("text/html", "")
-    ]
+    panels = [m for m in shown if "sysmetrics-panel" in m["content"]["data"].get("text/html", "")]
     assert len(panels) == 1, [m["content"]["data"].get("text/plain") for m in shown]
     display_id = panels[0]["content"]["transient"]["display_id"]
     texts = [panels[0]["content"]["data"]["text/plain"]]
