@@ -27,7 +27,7 @@ from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning
 from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOptions
-from sysmetrics.panel import Panel, in_kernel, note_say
+from sysmetrics.panel import Panel, note_say, wanted
 from sysmetrics.reader import Reader, Snapshot
 from sysmetrics.sinks.jsonl import JsonlSink
 from sysmetrics.steptime import StepClock
@@ -463,7 +463,7 @@ class CallbackCore:
 
         The panel shows the latest finding said, so ``say`` also goes to it.
         """
-        if not (in_kernel() if self.panel is None else self.panel):
+        if not wanted(self.panel, stacklevel=5):
             return say
         self._panel = Panel(monitor).start()
         return note_say(self._panel, say)

@@ -332,7 +332,8 @@ OPTIONS: tuple[Option, ...] = (
         check_optional_bool("panel", "inside a Jupyter kernel only"),
         "show a live panel of the run in the notebook cell (GPUs, the job's CPU and memory, "
         "disk and network rates, step time, the latest finding), redrawn about once a second, "
-        "and a summary when training ends; None: inside a Jupyter kernel only, where it is on",
+        "and a summary when training ends; None: on inside a Jupyter kernel, off elsewhere "
+        "(True outside a kernel: a warning, no panel)",
         scope="callback",
         aliases=("live_panel", "notebook"),
     ),

@@ -63,7 +63,8 @@ RATES: tuple[tuple[str, str, float], ...] = (
 """The counters shown as rates, in MiB/s: label, key, the key's units per MiB."""
 
 _SHORT = {c.label: c for c in CONSOLE_KEYS}
-_SPARKED = ("s/step", "wait")  # the console keys whose history is drawn
+# The console keys whose history is drawn, and the top of their sparklines (None: the max).
+_SPARKED: dict[str, float | None] = {"s/step": None, "wait": 100.0}
 
 
 def _console(label: str) -> ConsoleKey:
@@ -82,15 +83,39 @@ def in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def sparkline(values: Sequence[float], width: int = SPARK_WIDTH) -> str:
-    """``values`` as at most ``width`` block characters, lowest to highest (the last ones)."""
+def wanted(panel: bool | None, stacklevel: int = 3) -> bool:
+    """Whether to show the panel: ``panel`` (None: :func:`in_kernel`).
+
+    ``panel=True`` outside a Jupyter kernel shows nothing, with one
+    :class:`~sysmetrics.SystemMetricsWarning` (a terminal has ``sysmetrics top``).
+    """
+    if panel is None:
+        return in_kernel()
+    if panel and not in_kernel():
+        warnings.warn(
+            "sysmetrics: panel=True, but this is not a Jupyter kernel: no live panel is shown "
+            "(in a terminal, sysmetrics top shows it for a run file)",
+            SystemMetricsWarning,
+            stacklevel=stacklevel,
+        )
+        return False
+    return panel
+
+
+def sparkline(values: Sequence[float], width: int = SPARK_WIDTH, top: float | None = None) -> str:
+    """The last ``width`` of ``values`` as block characters, from 0 to ``top`` (None: their max).
+
+    Bars are proportional to the values (a bar twice as high, a value about twice as
+    large), so a flat line of small values stays low; negative values draw as 0.
+    """
     values = list(values)[-width:]
     if not values:
         return ""
-    low, high = min(values), max(values)
-    span = high - low
-    top = len(SPARK_CHARS) - 1
-    return "".join(SPARK_CHARS[0 if span <= 0 else round((v - low) / span * top)] for v in values)
+    high = max(values) if top is None else top
+    last = len(SPARK_CHARS) - 1
+    if high <= 0:
+        return SPARK_CHARS[0] * len(values)
+    return "".join(SPARK_CHARS[round(min(max(v, 0.0), high) / high * last)] for v in values)
 
 
 class PanelState:
@@ -221,7 +246,7 @@ class PanelState:
             c = _console(label)
             line = short + self._age(c.source)
             if spark:
-                line += " " + sparkline([x for _, x in self.history[label]])
+                line += " " + sparkline([x for _, x in self.history[label]], top=_SPARKED[label])
             parts.append(line)
         return "  ".join(parts) or None
 
@@ -400,7 +425,7 @@ def watch(
     Args:
         monitor: a monitor of yours to read (excludes ``options``).
         panel: show the panel: None (default) inside a Jupyter kernel only; False never;
-            True also outside one (it draws nothing where IPython has no display).
+            True: in a kernel, and outside one a warning (no panel).
         findings: tell the findings live in the panel's last line.
         **options: :class:`~sysmetrics.SystemMonitor`'s keywords, for its own monitor.
 
@@ -419,7 +444,7 @@ def watch(
     whole = mon.reader()
     shown: Panel | None = None
     live = None
-    if panel if panel is not None else in_kernel():
+    if wanted(panel):
         shown = Panel(mon).start()
         if findings:
             from sysmetrics.live_findings import LiveFindings

@@ -132,7 +132,7 @@ def test_lightning_callback_draws_a_live_panel_in_a_kernel() -> None:
 
 
 def test_lightning_callback_draws_no_panel_when_told_not_to() -> None:
-    nb, messages = run_notebook(
+    _, messages = run_notebook(
         LIGHTNING.replace("interval=0.2", "interval=0.2, panel=False"),
         "trainer.fit(Tiny(), data)",
         timeout=600,

@@ -1,4 +1,4 @@
-"""``sysmetrics top``: the panel live in a real pseudo-terminal and piped, over run files being written."""
+"""``sysmetrics top``: the panel in a real pseudo-terminal and piped, over run files written."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def sample(step: int, cpu: float, t: float) -> bytes:
 
 
 def write_slowly(path: Path, steps: int, pause: float, done: threading.Event) -> None:
-    """A run file being written: a run line, a sample every ``pause`` s (the last one cut in two)."""
+    """A run file being written: a run line, a sample every ``pause`` s (the last cut in two)."""
     with open(path, "ab", buffering=0) as f:
         f.write(runfile.run_line(host="test", pid=1, start=time.time(), interval=pause, node=0))
         for step in range(1, steps + 1):
