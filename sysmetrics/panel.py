@@ -43,7 +43,8 @@ SPARK_SECONDS = 300.0  # s of step history the sparklines show
 SPARK_WIDTH = 24  # characters of a sparkline
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 STALE_SECONDS = 5.0  # s: a value measured longer ago than this before the latest sample says so
-MAX_FINDING = 160  # characters of the finding's line
+MAX_FINDING = 160  # characters of the live panel's finding line
+MAX_SUMMARY_FINDING = 600  # characters of a finding in the summary (wrapped)
 
 _GiB = 2.0**30
 _MiB = 2.0**20
@@ -304,7 +305,7 @@ def summary_lines(
     for text in (state.job_text(), state.step_text(spark=False)):
         if text:
             out.append(text)
-    out += [f"finding: {s[:MAX_FINDING]}" for s in found] or ["no findings"]
+    out += [f"finding: {s[:MAX_SUMMARY_FINDING]}" for s in found] or ["no findings"]
     return out
 
 
@@ -319,7 +320,9 @@ class PanelView:
         return "\n".join(self.lines)
 
     def _repr_html_(self) -> str:
-        style = "font-family:monospace;line-height:1.3;margin:0;padding:4px 6px;"
+        style = (
+            "font-family:monospace;line-height:1.3;margin:0;padding:4px 6px;white-space:pre-wrap;"
+        )
         style += "border-left:3px solid " + ("#888" if self.final else "#2a7ae2")
         body = html.escape("\n".join(self.lines))
         return f'<pre class="sysmetrics-panel" style="{style}">{body}</pre>'

@@ -130,9 +130,7 @@ trainer = pl.Trainer(max_epochs=6, callbacks=[callback],
 
 def test_lightning_callback_draws_a_live_panel_in_a_kernel() -> None:
     # panel= is left to its default: on, since this runs in a Jupyter kernel.
-    nb, messages = run_notebook(
-        LIGHTNING, "trainer.fit(Tiny(), data)\nprint(callback.core.panel)", timeout=600
-    )
+    nb, messages = run_notebook(LIGHTNING, "trainer.fit(Tiny(), data)", timeout=600)
     texts = check_panel(nb, messages, 1)
     assert any("s/step " in t for t in texts[1:-1])  # the steps are timed
     assert "s/step " in texts[-1]  # and summed up
