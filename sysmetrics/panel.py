@@ -44,6 +44,7 @@ SPARK_WIDTH = 24  # characters of a sparkline
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 STALE_SECONDS = 5.0  # s: a value measured longer ago than this before the latest sample says so
 MAX_FINDING = 160  # characters of the live panel's finding line
+CLOSE_WAIT = 5.0  # s the end of a run waits for a redraw under way, at most
 MAX_SUMMARY_FINDING = 600  # characters of a finding in the summary (wrapped)
 
 _GiB = 2.0**30
@@ -402,9 +403,9 @@ class Panel:
             return
         self._stop.set()
         if self._thread.ident is not None:
-            self._thread.join()
+            self._thread.join(CLOSE_WAIT)  # a display that hangs never holds up the run's end
         self._reader.close()
-        if self._failed or self._handle is None:
+        if self._failed or self._handle is None or self._thread.is_alive():
             return
         try:
             lines = summary_lines(whole or {}, found, time.time() - self._started)
