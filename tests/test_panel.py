@@ -5,6 +5,7 @@ The panel in a real notebook run by a real kernel: ``tests/test_panel_notebook.p
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 
 import sysmetrics
 from sysmetrics import SystemMetricsWarning, SystemMonitor
-from sysmetrics.panel import Panel, PanelState, sparkline, summary_lines
+from sysmetrics.panel import Panel, PanelState, in_kernel, sparkline, summary_lines
 
 GiB = 2.0**30
 
@@ -81,8 +82,20 @@ def test_the_summary_of_a_run() -> None:
     assert lines[-1] == "finding: GPU 0 idles."
 
 
+def test_sysmetrics_never_imports_ipython() -> None:
+    # Run where IPython is installed too (the notebook tests' environment): still not imported.
+    code = (
+        "import sys, sysmetrics, sysmetrics.callback, sysmetrics.panel, sysmetrics.top\n"
+        "with sysmetrics.watch(interval=0.05):\n"
+        "    pass\n"
+        "assert 'IPython' not in sys.modules, 'IPython imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_watch_outside_a_kernel_samples_and_shows_nothing() -> None:
-    assert "IPython" not in sys.modules
+    assert not in_kernel()
     with sysmetrics.watch(interval=0.05) as monitor:
         assert isinstance(monitor, SystemMonitor)
         assert not [t for t in threading.enumerate() if t.name == "sysmetrics-panel"]
