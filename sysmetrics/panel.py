@@ -297,11 +297,11 @@ def summary_lines(
     head = "sysmetrics: run ended"
     if seconds is not None:
         head += f" after {seconds:.0f} s"
-    out = [head + " (means over the run; mem: peak)"]
+    out = [head + " (means over the run; memory: peaks)"]
     state = PanelState("whole run")
+    # A memory gauge's peak (its ``.max`` companion) in place of its mean.
     peaks = {k[: -len(".max")]: v for k, v in whole.items() if k.endswith(".max")}
-    state.values = {**whole, **peaks}
-    state.values = {k: v for k, v in state.values.items() if not k.endswith(".max")}
+    state.values = {k: v for k, v in whole.items() if not k.endswith(".max")} | peaks
     out += [state.gpu_text(i) for i in state.gpus()]
     for text in (state.job_text(), state.step_text(spark=False)):
         if text:

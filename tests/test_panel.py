@@ -77,7 +77,7 @@ def test_steps_sparklines_of_the_last_minutes() -> None:
 def test_the_summary_of_a_run() -> None:
     whole = {"cpu": 40.0, "proc.memory.percent": 10.0, "proc.memory.percent.max": 30.0}
     lines = summary_lines(whole, ["GPU 0 idles."], 65.2)
-    assert lines[0] == "sysmetrics: run ended after 65 s (means over the run; mem: peak)"
+    assert lines[0] == "sysmetrics: run ended after 65 s (means over the run; memory: peaks)"
     assert lines[1] == "cpu 40.0%  mem 30.0%"
     assert lines[-1] == "finding: GPU 0 idles."
 
