@@ -18,7 +18,7 @@ findings), which stays in the saved notebook. IPython is imported only inside a 
 The short keys the panel shows are the console's (:data:`sysmetrics.console_view.CONSOLE_KEYS`:
 ``cpu``, ``mem``, ``gpu``, ``gmem``, ``s/step``, ``wait``, their labels, keys and
 decimals), with per GPU its memory in use out of its total and its power
-(:data:`GPU_EXTRA`), and the disk and network rates (:data:`RATES`).
+(:data:`GPU_BYTES`, :data:`GPU_POWER`), and the disk and network rates (:data:`RATES`).
 """
 
 from __future__ import annotations
@@ -50,12 +50,6 @@ MAX_SUMMARY_FINDING = 600  # characters of a finding in the summary (wrapped)
 _GiB = 2.0**30
 _MiB = 2.0**20
 
-GPU_EXTRA: tuple[tuple[str, str], ...] = (
-    ("memoryAllocatedBytes", "bytes: a GPU's memory in use (its total: bytes / memoryAllocated %)"),
-    ("powerWatts", "W: a GPU's power draw"),
-)
-"""Per-GPU keys the panel shows besides the console's ``gpu`` and ``gmem``."""
-
 RATES: tuple[tuple[str, str, float], ...] = (
     ("disk r", "disk.in", 1.0),  # a MiB counter
     ("w", "disk.out", 1.0),
@@ -65,6 +59,11 @@ RATES: tuple[tuple[str, str, float], ...] = (
 """The counters shown as rates, in MiB/s: label, key, the key's units per MiB."""
 
 _SHORT = {c.label: c for c in CONSOLE_KEYS}
+# Per GPU ``gpu.{i}.<part>``: the console's ``gpu`` and ``gmem`` parts, and two more.
+GPU_USE = _SHORT["gpu"].source  # %: of time a kernel ran
+GPU_SHARE = _SHORT["gmem"].source  # %: of the GPU's memory in use
+GPU_BYTES = "memoryAllocatedBytes"  # bytes in use; the total: bytes / GPU_SHARE %
+GPU_POWER = "powerWatts"  # W
 # The console keys whose history is drawn, and the top of their sparklines (None: the max).
 _SPARKED: dict[str, float | None] = {"s/step": None, "wait": 100.0}
 
@@ -196,17 +195,17 @@ class PanelState:
         """GPU ``i``: utilisation, memory used / total, power."""
         v = self.values
         parts = [f"gpu{i}"]
-        if f"gpu.{i}.gpu" in v:
-            parts.append(f"{v[f'gpu.{i}.gpu']:3.0f}%")
-        used = v.get(f"gpu.{i}.memoryAllocatedBytes")
-        share = v.get(f"gpu.{i}.memoryAllocated")
+        if f"gpu.{i}.{GPU_USE}" in v:
+            parts.append(f"{v[f'gpu.{i}.{GPU_USE}']:3.0f}%")
+        used = v.get(f"gpu.{i}.{GPU_BYTES}")
+        share = v.get(f"gpu.{i}.{GPU_SHARE}")
         if used is not None:
             total = f"/{used * 100 / share / _GiB:.1f}" if share else ""
             parts.append(f"{used / _GiB:.1f}{total} GiB")
         elif share is not None:
             parts.append(f"mem {share:.0f}%")
-        if f"gpu.{i}.powerWatts" in v:
-            parts.append(f"{v[f'gpu.{i}.powerWatts']:.0f} W")
+        if f"gpu.{i}.{GPU_POWER}" in v:
+            parts.append(f"{v[f'gpu.{i}.{GPU_POWER}']:.0f} W")
         return " ".join(parts)
 
     def job_text(self) -> str | None:
