@@ -62,6 +62,31 @@ def test_each_gpu_its_use_memory_of_total_and_power() -> None:
     assert state.gpu_text("1") == "gpu1   3%"
 
 
+def test_the_gpu_line_from_a_monitor_of_nvml_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real NVML binding over the fake library of tests/fake_nvml.py, in a real monitor.
+    pytest.importorskip("pynvml")
+    from sysmetrics.collectors import NvidiaCollector
+    from sysmetrics.host import default_source
+    from tests.fake_nvml import FakeGpu, FakeNvmlLib, binding
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    lib = FakeNvmlLib([FakeGpu("GPU-a"), FakeGpu("GPU-b", util=(90, 70), used=8 << 30, minor=1)])
+    nvidia = NvidiaCollector.create(default_source(), 1, nvml=binding(lib))
+    assert nvidia is not None
+    monitor = SystemMonitor(interval=0.05, collectors=[nvidia]).start()
+    try:
+        reader = monitor.reader()
+        time.sleep(0.2)
+        snap = reader.snapshot()
+    finally:
+        monitor.stop()
+    state = PanelState()
+    state.add(snap, snap.time, snap.measured)
+    # 16 GiB each; used: 4 and 8 GiB; 150 W of 300.
+    assert state.lines()[1:3] == ["gpu0  50% 4.0/16.0 GiB 150 W", "gpu1  90% 8.0/16.0 GiB 150 W"]
+    assert not lib.failures
+
+
 def test_steps_sparklines_of_the_last_minutes() -> None:
     state = PanelState()
     for i in range(40):
