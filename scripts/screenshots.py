@@ -15,6 +15,14 @@ what an older version said:
 - ``docs/report-cpu.png``: the CPU figure of the same report (``report --png``);
 - ``docs/tensorboard.png``: TensorBoard's time series of ``examples/lightning_demo.py``
   (the ``make demo`` training), in headless Chromium.
+- ``docs/panel.png``: the live panel and the summary it leaves, as a real Jupyter kernel
+  (nbclient + ipykernel: the test extra) sent them to the notebook while it ran
+  ``%run examples/lightning_demo.py``: the kernel's HTML outputs, shown under the cell's
+  code in a page of their own in headless Chromium (not JupyterLab's own window: the
+  test extra has no notebook server);
+- ``docs/top.png``: ``sysmetrics top`` in a real pseudo-terminal following the run file
+  of a ``sysmetrics record`` of ``examples/plain_loop.py`` being written: the screen's
+  last frame before the recording ended, shown as text in headless Chromium.
 
 Chromium is the first of ``$CHROMIUM``, ``chromium``, ``chromium-browser``,
 ``google-chrome`` on PATH; without one the browser pictures are skipped with the reason
@@ -23,7 +31,7 @@ TensorBoard picture needs the ``tensorboard`` package (the ``test`` extra) and i
 likewise without it. Nothing leaves the machine: TensorBoard listens on 127.0.0.1 and
 Chromium runs with its network features off.
 
-    python scripts/screenshots.py [--docs DIR] [--only report|tensorboard]
+    python scripts/screenshots.py [--docs DIR] [--only report|tensorboard|panel|top]
 """
 
 from __future__ import annotations
@@ -316,11 +324,125 @@ def tensorboard_picture(docs: Path, browser: str | None, work: Path) -> None:
         server.wait(timeout=10)
 
 
+PANEL_WIDTH = 900  # px, the notebook panel's and the terminal's pictures
+_CELL_PAGE = """<!doctype html><meta charset="utf-8"><body style="margin:16px;font:14px sans-serif">
+<pre style="background:#f5f5f5;border:1px solid #ddd;padding:8px;margin:0 0 8px">{code}</pre>
+<div style="color:#666;margin:4px 0">while training:</div>{live}
+<div style="color:#666;margin:12px 0 4px">when it has ended (what the notebook keeps):</div>
+{final}</body>"""
+
+
+def panel_picture(docs: Path, browser: str | None, work: Path) -> None:
+    """The panel a real kernel drew while ``%run examples/lightning_demo.py`` trained."""
+    if browser is None:
+        print("panel.png: skipped, no Chromium (set CHROMIUM, or apt-get install chromium)")
+        return
+    if any(importlib.util.find_spec(m) is None for m in ("nbclient", "ipykernel", "nbformat")):
+        print("panel.png: skipped, nbclient, ipykernel or nbformat missing (the test extra)")
+        return
+    import html
+
+    import nbclient
+    import nbformat
+
+    code = f"%run {ROOT / 'examples' / 'lightning_demo.py'} {work / 'panel-demo'}"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(code)]
+    shown: list[str] = []
+
+    class Client(nbclient.NotebookClient):  # type: ignore[misc]
+        def process_message(self, msg: dict[str, Any], cell: Any, index: int) -> Any:
+            html_out = msg.get("content", {}).get("data", {}).get("text/html", "")
+            if "sysmetrics-panel" in html_out:
+                shown.append(html_out)
+            return super().process_message(msg, cell, index)
+
+    saved = dict(os.environ)
+    os.environ.update(_env())
+    try:
+        Client(nb, timeout=COMMAND_TIMEOUT, kernel_name="python3").execute(cwd=str(work))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    live = [h for h in shown if "run ended" not in h]
+    if len(live) < 2 or "run ended" not in shown[-1]:
+        raise SystemExit(f"the demo's panel was not drawn and updated: {shown[-3:]}")
+    page = work / "panel.html"
+    page.write_text(
+        _CELL_PAGE.format(code=html.escape("%run examples/lightning_demo.py"), live=live[-1],
+                          final=shown[-1]), encoding="utf-8")  # fmt: skip
+    shot = work / "panel-full.png"
+    shoot(browser, page.as_uri(), (PANEL_WIDTH, 700), shot)
+    crop(shot, docs / "panel.png", 700)
+    print(docs / "panel.png")
+
+
+def _frames(screen: bytes) -> list[str]:
+    """The frames Rich's live display drew on a terminal, as text, in order."""
+    import re
+
+    parts = re.split(rb"\r?(?:\x1b\[2K)?(?:\x1b\[1A\x1b\[2K)+", screen)
+    ansi = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+    return [ansi.sub(b"", p).decode("utf-8", "replace").replace("\r", "") for p in parts]
+
+
+def top_picture(docs: Path, browser: str | None, work: Path) -> None:
+    """``sysmetrics top`` in a pseudo-terminal over a recording being written."""
+    import html
+    import pty
+
+    if browser is None:
+        print("top.png: skipped, no Chromium (set CHROMIUM, or apt-get install chromium)")
+        return
+    run = work / "top-run.jsonl"
+    env = {**_env(), "COLUMNS": "110", "LINES": "30", "TERM": "xterm-256color"}
+    record = subprocess.Popen(
+        [sys.executable, "-m", "sysmetrics", "record", "--interval", RECORD_INTERVAL,
+         "--output", str(run), "--", sys.executable, "examples/plain_loop.py"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    master, slave = pty.openpty()
+    top = subprocess.Popen([sys.executable, "-m", "sysmetrics", "top", str(run)],
+                           stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT)  # fmt: skip
+    os.close(slave)
+    screen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            screen += chunk
+    finally:
+        os.close(master)
+        top.wait(COMMAND_TIMEOUT)
+        record.wait(COMMAND_TIMEOUT)
+    frames = [f for f in _frames(screen) if "cpu " in f and "s/step" in f]
+    live = [f for f in frames if "run ended" not in f]
+    if not live:
+        raise SystemExit(f"sysmetrics top drew no frame with step times:\n{screen[-2000:]!r}")
+    page = work / "top.html"
+    page.write_text(
+        '<!doctype html><meta charset="utf-8"><body style="margin:0;background:#1e1e1e">'
+        '<pre style="color:#ddd;font:15px/1.35 monospace;padding:14px;margin:0">$ sysmetrics top '
+        f"run.jsonl\n{html.escape(live[-1].rstrip())}</pre></body>",
+        encoding="utf-8",
+    )
+    shot = work / "top-full.png"
+    shoot(browser, page.as_uri(), (PANEL_WIDTH, 400), shot)
+    crop(shot, docs / "top.png", 400)
+    print(docs / "top.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Make the pictures; 0 also where a browser picture was skipped (it says why)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=Path, default=ROOT / "docs", help="where the pictures go")
-    parser.add_argument("--only", choices=("report", "tensorboard"), help="one picture set")
+    parser.add_argument(
+        "--only", choices=("report", "tensorboard", "panel", "top"), help="one picture set"
+    )
     args = parser.parse_args(argv)
     browser = chromium()
     with tempfile.TemporaryDirectory() as tmp:
@@ -329,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
             report_pictures(args.docs, browser, work)
         if args.only in (None, "tensorboard"):
             tensorboard_picture(args.docs, browser, work)
+        if args.only in (None, "panel"):
+            panel_picture(args.docs, browser, work)
+        if args.only in (None, "top"):
+            top_picture(args.docs, browser, work)
     return 0
 
 

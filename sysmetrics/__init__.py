@@ -13,6 +13,7 @@ from sysmetrics.collectors.base import (
 )
 from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning
 from sysmetrics.monitor import SystemMonitor
+from sysmetrics.panel import watch
 from sysmetrics.stepfile import batches, step
 
 __version__ = "0.1.0"
@@ -28,4 +29,5 @@ __all__ = [
     "__version__",
     "batches",
     "step",
+    "watch",
 ]

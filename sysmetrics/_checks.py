@@ -61,6 +61,17 @@ def check_bool(name: str) -> Callable[[object], bool]:
     return check
 
 
+def check_optional_bool(name: str, none: str) -> Callable[[object], bool | None]:
+    """A check of an option that is True, False, or None (``none`` says what None means)."""
+
+    def check(value: object) -> bool | None:
+        if value is not None and not isinstance(value, bool):
+            raise OptionTypeError(name, value, f"use True, False or None ({none})")
+        return value
+
+    return check
+
+
 def check_interval(interval: object) -> float:
     """``interval`` as a float: any real number (numpy's included) but bool, in range."""
     # bool is an int to Python.

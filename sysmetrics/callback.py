@@ -28,6 +28,7 @@ from sysmetrics.hang import HangWatch, Progress
 from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOptions
+from sysmetrics.panel import Panel, note_say, wanted
 from sysmetrics.reader import Reader, Snapshot
 from sysmetrics.sinks.jsonl import JsonlSink, nearest_existing
 from sysmetrics.steptime import StepClock
@@ -230,6 +231,8 @@ class CallbackCore:
         self.console: bool = checked["console"]
         self.live_findings: bool = checked["live_findings"]
         self.hang_after: float | None = checked["hang_after"]
+        self.panel: bool | None = checked["panel"]  # None: inside a Jupyter kernel only
+        self._panel: Panel | None = None  # the current run's live panel, if shown
         self.monitor_options: dict[str, Any] = {
             "interval": 1.0 if interval is None else interval,
             **monitor_options,
@@ -306,7 +309,7 @@ class CallbackCore:
         state = self.__dict__.copy()
         state["_unstarted"] = state["shared"] = None  # a shared monitor stays in its process
         state["run"] = None
-        state["_lock"] = None
+        state["_lock"] = state["_panel"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -352,6 +355,8 @@ class CallbackCore:
             try:
                 if sample:
                     self._open(run, own, run_dir, step)
+                    if say is not None and run.monitor is not None:
+                        say = self._show_panel(run.monitor, say)
                     if say is not None and self.live_findings and run.monitor is not None:
                         run.findings = LiveFindings(run.monitor, say).start()
                 elif own is not None:
@@ -365,6 +370,7 @@ class CallbackCore:
                 if own is not None:
                     own.stop()
                 run.close()
+                self._close_panel(run)
                 warnings.warn(
                     f"sysmetrics: the system monitor could not start, training goes on "
                     f"without system metrics from this process: {type(exc).__name__}: "
@@ -503,11 +509,31 @@ class CallbackCore:
         with self._lock:
             if self.run is not None:
                 self.run.end(failed)
+                self._close_panel(self.run)
 
     def _end(self, run: TrainingSession) -> None:
         with self._lock:
             if run is self.run:  # not a later run started since: training raised
                 run.end(failed=True)
+                self._close_panel(run)
+
+    def _show_panel(
+        self, monitor: SystemMonitor, say: Callable[[str], None]
+    ) -> Callable[[str], None]:
+        """Show the live panel where ``panel`` says (None: in a Jupyter kernel); the ``say`` to use.
+
+        The panel shows the latest finding said, so ``say`` also goes to it.
+        """
+        if not wanted(self.panel, stacklevel=5):
+            return say
+        self._panel = Panel(monitor).start()
+        return note_say(self._panel, say)
+
+    def _close_panel(self, run: TrainingSession) -> None:
+        """Leave the run's summary where its live panel was (after ``run.end``)."""
+        panel, self._panel = self._panel, None
+        if panel is not None:
+            panel.close(run.summary, [f.sentence for f in run.found])
 
     def snapshot(self, reader: Reader | None = None, repeat: bool = False) -> dict[str, float]:
         """A new window of the run's reader (or ``reader``); empty where nothing samples.

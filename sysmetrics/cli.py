@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sysmetrics import deploy_files, report, runfile, stepfile
+from sysmetrics import deploy_files, report, runfile, stepfile, top
 from sysmetrics._child import (
     _ending,
     _has_terminal,
@@ -112,7 +112,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "stderr, as the option live_findings of the callbacks)",
     )
     rec.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
-    subparsers = {"record": rec, "report": report.add_parser(subs), "deploy": _deploy_parser(subs)}
+    subparsers = {
+        "record": rec,
+        "report": report.add_parser(subs),
+        "top": top.add_parser(subs),
+        "deploy": _deploy_parser(subs),
+    }
     return parser, subparsers
 
 
@@ -574,4 +579,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return report.report_command(args, subparsers["report"])
         if args.subcommand == "deploy":
             return deploy(args, subparsers["deploy"])
+        if args.subcommand == "top":
+            return top.top_command(args, subparsers["top"])
         return record(args, subparsers["record"])

@@ -44,6 +44,7 @@ from sysmetrics._checks import (
     check_logging_interval,
     check_max_series,
     check_open_metrics,
+    check_optional_bool,
     check_patterns,
     check_pid,
     check_prefix,
@@ -123,6 +124,7 @@ class CallbackOptions(CollectorOptions, _EngineOptions, total=False):
     exclude: str | Iterable[str] | None
     console: bool
     live_findings: bool
+    panel: bool | None
     monitor: SharedMonitor | None
     run_file: PathLike | bool | None
     hang_after: float | None
@@ -325,6 +327,17 @@ OPTIONS: tuple[Option, ...] = (
         "False keeps the console as it is without sysmetrics",
         scope="callback",
         aliases=("findings", "diagnose"),
+    ),
+    Option(
+        "panel",
+        None,
+        check_optional_bool("panel", "inside a Jupyter kernel only"),
+        "show a live panel of the run in the notebook cell (GPUs, the job's CPU and memory, "
+        "disk and network rates, step time, the latest finding), redrawn about once a second, "
+        "and a summary when training ends; None: on inside a Jupyter kernel, off elsewhere "
+        "(True outside a kernel: a warning, no panel)",
+        scope="callback",
+        aliases=("live_panel", "notebook"),
     ),
     Option(
         "monitor",

@@ -198,6 +198,7 @@ BAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("exclude", {"exclude": [5]}),
     ("console", {"console": 1}),
     ("live_findings", {"live_findings": "no"}),
+    ("panel", {"panel": "yes"}),
     ("monitor", {"monitor": 5}),
     ("monitor", {"monitor": _stopped_monitor}),
     ("run_file", {"run_file": 5}),
