@@ -455,6 +455,7 @@ def test_the_thread_runs_at_the_lowest_priority() -> None:
     assert int(mine.rsplit(")", 1)[1].split()[16]) != 19  # the training thread's is untouched
 
 
+@pytest.mark.serial  # the evaluation's 0.2 s of CPU must end within close()'s wait
 def test_an_evaluation_runs_at_most_its_duty_and_close_ends_it_quickly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
