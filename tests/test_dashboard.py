@@ -165,6 +165,7 @@ RUN = "dash-test-1"
 THERMAL = 0x40  # nvmlClocksEventReasonHwThermalSlowdown
 
 
+@pytest.mark.serial  # timing-bound: beside parallel workers it missed its window
 def test_every_query_and_alert_returns_data_during_real_training(tmp_path: Path) -> None:
     """The dashboard's queries and the alerts' expressions, in a real Prometheus, while a
     real Lightning run trains; then the run stalls (the loop held in a callback) and the

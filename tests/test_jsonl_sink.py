@@ -76,6 +76,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.serial  # timing-bound: beside parallel workers it missed its window
 def test_a_process_killed_with_sigkill_loses_at_most_the_line_in_progress(
     tmp_path: Path,
 ) -> None:
