@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import keras
 from typing_extensions import Unpack
 
-from sysmetrics.callback import CallbackCore, RunSummary, move_to_front
+from sysmetrics.callback import CallbackCore, RunResults, move_to_front
 from sysmetrics.options import CallbackOptions
 from sysmetrics.reader import Reader
-
-if TYPE_CHECKING:
-    from sysmetrics.findings import Finding
 
 from . import _keras
 
 
-class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # untyped keras
+class SystemMetricsCallback(RunResults, keras.callbacks.Callback):  # type: ignore[misc]  # untyped keras
     """Add system metrics to the ``logs`` that ``fit`` passes along its callbacks.
 
     At every epoch end the metrics join the epoch ``logs``, so ``History``, ``CSVLogger``
@@ -143,22 +140,6 @@ class SystemMetricsCallback(keras.callbacks.Callback):  # type: ignore[misc]  # 
             # Epoch logs keep the latest values where the epoch had no sample: CSVLogger
             # fixed its columns at the first epoch and would write "NA" in them.
             logs.update(self.core.metrics(reader=self._epochs, repeat=True))
-
-    def summary(self) -> RunSummary | None:
-        """What the latest ``fit`` measured, once it has ended; None before.
-
-        The whole run's values and the last logged window
-        (:class:`sysmetrics.callback.RunSummary`); None too on a rank that does not sample.
-        """
-        return self.core.summary()
-
-    def findings(self) -> list[Finding]:
-        """The latest ``fit``'s findings, once it has ended: every rule over the whole run.
-
-        Each a :class:`sysmetrics.findings.Finding` (``rule``, ``sentence``, ``evidence``).
-        Empty with ``live_findings=False`` and on ranks other than global rank 0.
-        """
-        return self.core.findings()
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self._epochs = None

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import Unpack, override
 
-from sysmetrics.callback import CallbackCore, RunSummary
+from sysmetrics.callback import CallbackCore, RunResults
 from sysmetrics.options import CallbackOptions
 from sysmetrics.steptime import BatchSizer
-
-if TYPE_CHECKING:
-    from sysmetrics.findings import Finding
 
 from . import _lightning
 
 
-class SystemMetricsCallback(Callback):
+class SystemMetricsCallback(RunResults, Callback):
     """Log system metrics to every logger in ``trainer.loggers``, on the trainer's step axis.
 
     The monitor starts in ``on_train_start`` and stops at the end of training or on an
@@ -168,22 +165,6 @@ class SystemMetricsCallback(Callback):
         if self.core.logging_interval == "epoch":
             # Epoch-level metrics are logged at the last step of the epoch.
             self._log(trainer, _lightning.logged_step(trainer) - 1)
-
-    def summary(self) -> RunSummary | None:
-        """What the latest ``fit`` measured, once it has ended; None before.
-
-        The whole run's values and the last logged window
-        (:class:`sysmetrics.callback.RunSummary`); None too on a rank that does not sample.
-        """
-        return self.core.summary()
-
-    def findings(self) -> list[Finding]:
-        """The latest ``fit``'s findings, once it has ended: every rule over the whole run.
-
-        Each a :class:`sysmetrics.findings.Finding` (``rule``, ``sentence``, ``evidence``).
-        Empty with ``live_findings=False`` and on ranks other than global rank 0.
-        """
-        return self.core.findings()
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

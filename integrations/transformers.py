@@ -4,24 +4,21 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from typing_extensions import Unpack
 
 from sysmetrics import SystemMetricsWarning
-from sysmetrics.callback import CallbackCore, RunSummary, move_to_front
+from sysmetrics.callback import CallbackCore, RunResults, move_to_front
 from sysmetrics.options import CallbackOptions
-
-if TYPE_CHECKING:
-    from sysmetrics.findings import Finding
 
 from . import _transformers
 
 _NOT_TRAINING_LOGS = ("eval_", "test_", "predict_")
 
 
-class SystemMetricsCallback(TrainerCallback):
+class SystemMetricsCallback(RunResults, TrainerCallback):
     """Add system metrics to the Trainer's training logs, for every ``report_to`` reporter.
 
     The Trainer calls its reporters (TensorBoard, W&B, MLflow, ...) before user callbacks,
@@ -216,22 +213,6 @@ class SystemMetricsCallback(TrainerCallback):
         if strategy == "steps":
             return bool(state.logging_steps) and step % state.logging_steps == 0
         return strategy == "epoch" and self._epoch_due
-
-    def summary(self) -> RunSummary | None:
-        """What the latest ``train()`` measured, once it has ended; None before.
-
-        The whole run's values and the last logged window
-        (:class:`sysmetrics.callback.RunSummary`); None too on a rank that does not sample.
-        """
-        return self.core.summary()
-
-    def findings(self) -> list[Finding]:
-        """The latest ``train()``'s findings, once it has ended: every rule over the whole run.
-
-        Each a :class:`sysmetrics.findings.Finding` (``rule``, ``sentence``, ``evidence``).
-        Empty with ``live_findings=False`` and on ranks other than global rank 0.
-        """
-        return self.core.findings()
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any

@@ -176,6 +176,28 @@ class RunSummary:
     last: dict[str, float]
 
 
+class RunResults:
+    """``summary()`` and ``findings()`` of a framework callback: what its core kept."""
+
+    core: CallbackCore
+
+    def summary(self) -> RunSummary | None:
+        """What the latest training run measured, once it has ended; None before.
+
+        The whole run's values and the last logged window (:class:`RunSummary`); None too
+        on a rank that does not sample.
+        """
+        return self.core.summary()
+
+    def findings(self) -> list[Finding]:
+        """The latest training run's findings, once it has ended: every rule, the whole run.
+
+        Each a :class:`sysmetrics.findings.Finding` (``rule``, ``sentence``, ``evidence``).
+        Empty with ``live_findings=False`` and on ranks other than global rank 0.
+        """
+        return self.core.findings()
+
+
 class CallbackCore:
     """Options and monitor lifecycle common to every framework callback.
 
