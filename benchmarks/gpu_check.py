@@ -457,7 +457,10 @@ def run_checks(args: argparse.Namespace, out: Path, deadline: float) -> list[Che
     record_run: Optional[Path] = None
     for workload in ("lightning", "transformers", "keras", "record"):
         wdir = out / workload
-        wdir.mkdir(parents=True, exist_ok=True)
+        # A run file is appended to: one left by an earlier check in the same DIR would
+        # put that run's samples in this one's steady window (seen on a reused machine).
+        shutil.rmtree(wdir, ignore_errors=True)
+        wdir.mkdir(parents=True)
         train = [
             py,
             "benchmarks/gpu_check_train.py",
@@ -601,7 +604,7 @@ def judge_training(
         smi.readings, run, window, max_gap=INTERVAL_S + 1.0, varying=logic.VARYING
     )
     (wdir / "compare.txt").write_text(logic.pairs_table(pairs))
-    (wdir / "compare.json").write_text(json.dumps([p.__dict__ for p in pairs], indent=1))
+    (wdir / "compare.json").write_text(logic.pairs_json(pairs))
     gpus = range(len(smi.readings[-1].gpus)) if smi.readings else range(1)
     checks += logic.judge_pairs(label, pairs, gpus=gpus, smi=smi.readings)
     if intruder is not None:

@@ -12,10 +12,11 @@ times are seconds since the Unix epoch (``time.time()``, the run file's ``time``
 from __future__ import annotations
 
 import bisect
+import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Optional, Protocol, Union
 
 # What the check asks nvidia-smi, in this order.
@@ -442,6 +443,11 @@ def _tolerance_text(name: str) -> str:
     if tol.absolute:
         return f"within {tol.absolute:g}"
     return "equal"
+
+
+def pairs_json(pairs: Sequence[Pair]) -> str:
+    """The pairs as JSON, a list of objects (the applied tolerance nested where present)."""
+    return json.dumps([asdict(p) for p in pairs], indent=1)
 
 
 def pairs_table(pairs: Sequence[Pair]) -> str:

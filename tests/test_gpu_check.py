@@ -11,6 +11,7 @@ the executable's stdout and exit status only, not the driver).
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -563,6 +564,12 @@ def test_utilization_of_a_bursty_load_is_judged_within_its_own_variation() -> No
     assert util.ok and "the load varied: widened to" in util.detail
     widened = next(p.tolerance for p in pairs if p.tolerance is not None)
     assert 10.0 < widened.absolute < 40.0
+    # the pairs, widened tolerance included, are written as JSON (compare.json)
+    written = json.loads(logic.pairs_json(pairs))
+    assert len(written) == len(pairs)
+    assert {"absolute": widened.absolute, "relative": widened.relative} in [
+        row["tolerance"] for row in written
+    ]
     # a steady load keeps the steady tolerance
     tol = logic.TOLERANCES["utilization.gpu"]
     steady_values = [50.0, 53.0, 49.0, 51.0, 55.0, 50.0]
