@@ -46,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from sysmetrics.descriptions import describe, family, gpu_key
+from sysmetrics.descriptions import describe, family, gpu_key, split_node
 from sysmetrics.findings import CPU_BOUND_PERCENT, Finding, findings, memo, view
 from sysmetrics.findings._base import cpus
 from sysmetrics.runfile import Run
@@ -337,15 +337,9 @@ def energy_per_step(seen: RunView) -> list[float]:
     return out
 
 
-def machine_values(seen: RunView) -> dict[str, tuple[str, list[float]]]:
-    """Each machine key's unit and values: gauges as they are, counters as rates (per s).
-
-    ``gpu.process.{i}.x`` keys that repeat ``gpu.{i}.x``, the ``step.*`` keys and the
-    host's per-core ``cpu.{i}.cpu_percent`` keys are left out; the per-core keys are one
-    row, their mean (:data:`_HOST_CPU`).
-    """
-    run = seen.run
-    out: dict[str, tuple[str, list[float]]] = {}
+def machine_keys(run: Run) -> list[str]:
+    """The machine keys of ``run`` compared, in key order (see :func:`machine_values`)."""
+    out = []
     cores = False
     for key in sorted(run.columns):
         if core(key) is not None:
@@ -357,16 +351,26 @@ def machine_values(seen: RunView) -> dict[str, tuple[str, list[float]]]:
         gpu = gpu_key(key)
         if gpu is not None and gpu.process and gpu.device_key in run.columns:
             continue
-        described = describe(key)
-        if described is not None and described[0].kind == "counter":
-            rates = [v for v in seen.rates(key) if v is not None and math.isfinite(v)]
-            out[key] = (described[0].rate_unit, rates)
-        else:
-            unit = described[0].unit if described is not None else ""
-            out[key] = (unit, [v for v in run.columns[key] if math.isfinite(v)])
-    if cores:
-        out[_HOST_CPU] = ("%", [v for v in seen.host_cpu if v is not None and math.isfinite(v)])
-    return out
+        out.append(key)
+    return [*out, _HOST_CPU] if cores else out
+
+
+def machine_values(seen: RunView, key: str) -> tuple[str, list[float]]:
+    """A machine key's unit and values: a gauge as it is, a counter as its rate (per s).
+
+    :func:`machine_keys` leaves out ``gpu.process.{i}.x`` keys that repeat ``gpu.{i}.x``,
+    the ``step.*`` keys and the host's per-core ``cpu.{i}.cpu_percent`` keys, which are
+    one row, their mean (:data:`_HOST_CPU`, in %).
+    """
+    if key == _HOST_CPU:
+        return "%", [v for v in seen.host_cpu if v is not None and math.isfinite(v)]
+    described = describe(key)
+    if described is not None and described[0].kind == "counter":
+        rates = [v for v in seen.rates(key) if v is not None and math.isfinite(v)]
+        return described[0].rate_unit, rates
+    unit = described[0].unit if described is not None else ""
+    column = seen.run.columns.get(key)
+    return unit, [] if column is None else [v for v in column if math.isfinite(v)]
 
 
 # -- the comparison ---------------------------------------------------------------------
@@ -536,11 +540,15 @@ def _node(node: Optional[int], va: RunView, vb: RunView) -> NodeComparison:
     ea, eb = energy_per_step(va), energy_per_step(vb)
     if ea or eb:
         steps.append(row(ENERGY, "J", ea, eb))
-    ma, mb = machine_values(va), machine_values(vb)
-    both = [k for k in ma if k in mb]
-    keys = [row(k, ma[k][0], ma[k][1], mb[k][1]) for k in both[:MAX_KEYS]]
-    only_a = tuple(k for k in ma if k not in mb)
-    only_b = tuple(k for k in mb if k not in ma)
+    ka, kb = machine_keys(va.run), machine_keys(vb.run)
+    in_a, in_b = set(ka), set(kb)
+    both = [k for k in ka if k in in_b]
+    keys = []
+    for k in both[:MAX_KEYS]:  # each key's values made once, and only where compared
+        unit, values_a = machine_values(va, k)
+        keys.append(row(k, unit, values_a, machine_values(vb, k)[1]))
+    only_a = tuple(k for k in ka if k not in in_b)
+    only_b = tuple(k for k in kb if k not in in_a)
     intervals = (va.interval, vb.interval)
     cpu = (cpus(va.run)[0], cpus(vb.run)[0])
     made = NodeComparison(
@@ -621,10 +629,17 @@ def _sentences(n: NodeComparison, timed: bool, source_a: str, source_b: str) -> 
     said_cpu = bool(step is not None and step.beyond)  # the cause names the job's CPU
     changed = [r for r in n.keys if r.beyond and not (said_cpu and r.name == _JOB_CPU)]
     changed.sort(key=lambda r: -abs((r.ratio or 2.0) - 1))
-    if changed:
-        named = ", ".join(f"{r.name} {_arrow(r)}" for r in changed[:MAX_NAMED])
-        more = len(changed) - MAX_NAMED
-        out.append("Beyond noise too: " + named + (f" and {more} more keys" if more > 0 else ""))
+    for host, lead in ((False, "Beyond noise too: "), (True, "The host changed too: ")):
+        these = [r for r in changed if _host_key(r.name) == host]
+        if these:
+            named = ", ".join(f"{r.name} {_arrow(r)}" for r in these[:MAX_NAMED])
+            more = len(these) - MAX_NAMED
+            out.append(
+                lead
+                + named
+                + (f" and {more} more keys" if more > 0 else "")
+                + (" (host-wide: other processes count there)" if host else "")
+            )
     gpu = [r for r in n.keys if _gpu_power_or_clock(r.name) and r.p is not None]
     if gpu and not any(r.beyond for r in gpu):
         out.append("GPU power and clocks are the same")
@@ -650,6 +665,15 @@ def _sentences(n: NodeComparison, timed: bool, source_a: str, source_b: str) -> 
             parts.append(f"{n.left_out} keys past the first {MAX_KEYS}")
         out.append("Not compared: " + ", ".join(parts))
     return out
+
+
+def _host_key(key: str) -> bool:
+    """Whether ``key`` is the host's (or its cgroup's), not the job's nor its GPUs'."""
+    split = split_node(key)
+    inner = split.key if split is not None else key
+    if inner == "proc.memory.availableMB":
+        return True
+    return not (inner == _JOB_CPU or inner.startswith(("proc.", "gpu.")))
 
 
 def _gpu_power_or_clock(key: str) -> bool:
