@@ -164,12 +164,19 @@ def _cells(r: Row) -> str:
         verdict = f"not tested: {r.why}"
     else:
         verdict = "beyond noise" if r.beyond else "within noise"
+    if diff is None:
+        change = ""
+    elif r.unit == "%":  # a difference of percentages is in points
+        change = f"{diff:+.3g} points"
+    else:
+        change = ("+" if diff > 0 else "") + value(diff, r.unit)
+    shown = {"bytes": "MiB", "bytes/s": "MiB/s"}.get(r.unit, r.unit)  # as value() shows them
     cells = [
         r.name,
-        r.unit,
+        shown,
         value(r.a, r.unit),
         value(r.b, r.unit),
-        "" if diff is None else ("+" if diff > 0 else "") + value(diff, r.unit),
+        change,
         "" if ratio is None else f"{ratio:.3g}x",
         f"{r.n_a} / {r.n_b}",
         "" if r.p is None else f"{r.p:.2g}",
