@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from sysmetrics import compare as cmp
 from sysmetrics.report import comparing
-from sysmetrics.runfile import read_runs
+from sysmetrics.runfile import Run, read_runs
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="records with /proc")
 
@@ -352,3 +352,58 @@ def test_docs_quote_the_sentences_the_code_writes() -> None:
         assert fixed in source, fixed
         assert fixed.strip() in page, fixed
     assert "compare.md" in (root / "mkdocs.yml").read_text("utf-8")
+
+
+_VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.none())
+_SAMPLE = st.fixed_dictionaries(
+    {},
+    optional={
+        "step.seconds": _VALUES,
+        "step.dataWaitPercent": _VALUES,
+        "step.energyJoules": _VALUES,
+        "cpu": _VALUES,
+        "cpu.energyJoules": _VALUES,
+        "gpu.0.powerWatts": _VALUES,
+        "cpu.0.cpu_percent": _VALUES,
+        "disk.out": _VALUES,
+        "odd key": _VALUES,
+    },
+)
+
+
+def _run(samples: list[tuple[dict[str, object], object, object]]) -> Run:
+    run = Run()
+    for j, (metrics, step, clock) in enumerate(samples):
+        run.add(metrics, time=1000.0 + j, monotonic=clock, step=step)
+    run.pad()
+    return run
+
+
+_SAMPLES = st.lists(
+    st.tuples(
+        _SAMPLE,
+        st.one_of(st.none(), st.integers(-5, 50)),
+        st.one_of(st.none(), st.floats(-10, 100)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_SAMPLES, _SAMPLES)
+def test_any_two_runs_compare_without_failing_and_every_number_is_finite(
+    a: list[tuple[dict[str, object], object, object]],
+    b: list[tuple[dict[str, object], object, object]],
+) -> None:
+    """Crafted runs of any values, steps and clocks: a comparison, a JSON document with
+    finite numbers only, p in [0, 1], a page; never an exception."""
+    c = cmp.compare(_run(a), _run(b))
+    json.dumps(c.to_json(), allow_nan=False)
+    for n in c.nodes:
+        for r in (*n.steps, *n.keys):
+            assert r.p is None or 0.0 <= r.p <= 1.0
+    assert c.sentences
+    assert comparing.render_comparison(c, "t").endswith("</html>")
+    comparing.regression_status(c, 10.0)
+    cmp.baseline_findings(c)
