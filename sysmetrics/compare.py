@@ -590,12 +590,13 @@ def _sentences(n: NodeComparison, timed: bool, source_a: str, source_b: str) -> 
     out: list[str] = []
     step = n.step(STEP)
     if step is None or not timed:
-        lacking = "A" if step is None or step.n_a == 0 else "B"
-        if step is None:
-            lacking = "either run"
+        if step is None or (step.n_a == 0 and step.n_b == 0):
+            who = "neither run has steps"
+        else:
+            who = f"{'A' if step.n_a == 0 else 'B'} has no steps"
         out.append(
-            f"Step time cannot be compared: {lacking} has no steps (no step.seconds and no "
-            "step marks that advance)"
+            f"Step time cannot be compared: {who} (no step.seconds and no step marks that "
+            "advance)"
         )
     elif step.p is None:
         out.append(f"Step time cannot be compared: {step.why} ({_arrow(step)})")
