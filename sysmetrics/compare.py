@@ -595,8 +595,7 @@ def _sentences(n: NodeComparison, timed: bool, source_a: str, source_b: str) -> 
         else:
             who = f"{'A' if step.n_a == 0 else 'B'} has no steps"
         out.append(
-            f"Step time cannot be compared: {who} (no step.seconds and no step marks that "
-            "advance)"
+            f"Step time cannot be compared: {who} (no step.seconds and no step marks that advance)"
         )
     elif step.p is None:
         out.append(f"Step time cannot be compared: {step.why} ({_arrow(step)})")
