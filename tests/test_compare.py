@@ -409,3 +409,39 @@ def test_any_two_runs_compare_without_failing_and_every_number_is_finite(
     assert comparing.render_comparison(c, "t").endswith("</html>")
     comparing.regression_status(c, 10.0)
     cmp.baseline_findings(c)
+
+
+def _steady(seconds: float, wait: float, n: int = 20) -> Run:
+    """A crafted run of ``n`` samples a second apart, 1 step each, its values jittered 1 %."""
+    run = Run()
+    for j in range(n):
+        jitter = 1 + 0.01 * ((j * 7) % 5 - 2) / 2
+        run.add(
+            {
+                "step.seconds": seconds * jitter,
+                "step.dataWaitPercent": wait * jitter,
+                "cpu": 95.0 * jitter,
+                "gpu.0.powerWatts": 250.0 * jitter,
+                "gpu.0.smClock": 1980.0 * jitter,
+            },
+            time=1000.0 + j,
+            monotonic=float(j),
+            step=j,
+        )
+    run.pad()
+    return run
+
+
+def test_the_issues_example_sentence() -> None:
+    """0.32 s steps with 12 % data wait against 0.42 s with 33 %, the job's CPU saturated
+    in both, GPU power and clocks unchanged: the issue's sentence, word for word."""
+    c = cmp.compare(_steady(0.32, 12.0), _steady(0.42, 33.0))
+    assert c.sentences[0] == (
+        "B's steps are 1.31x slower (0.42 s against 0.32 s, beyond noise): the extra time is "
+        "data wait (12 % -> 33 % of each step) while the job's CPU is saturated in both "
+        "(95 % and 95 % of its CPUs)"
+    ), c.sentences
+    assert "GPU power and clocks are the same" in c.sentences
+    assert c.slowdown() == pytest.approx(31.25)
+    assert comparing.regression_status(c, 30.0)[0] == 3
+    assert comparing.regression_status(c, 35.0)[0] == 0
