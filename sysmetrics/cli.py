@@ -1,4 +1,7 @@
-"""The command line: ``sysmetrics record [options] -- COMMAND ...``, ``report`` and ``deploy``.
+"""The command line: ``sysmetrics record [options] -- COMMAND ...``, ``report``, ``compare``...
+
+``report``, ``compare``, ``deploy`` and ``top`` are their modules' (``compare``:
+:mod:`sysmetrics.report.comparing`).
 
 ``record`` runs COMMAND, watches its process tree with a :class:`SystemMonitor` and writes
 the samples to a run file (:class:`~sysmetrics.sinks.jsonl.JsonlSink`), stamped with the
@@ -48,6 +51,7 @@ from sysmetrics.live_line import LiveView
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import OPTIONS
 from sysmetrics.options import check as check_options
+from sysmetrics.report import comparing
 from sysmetrics.sinks.jsonl import JsonlSink, make_folders
 from sysmetrics.stepfile import _StepReader
 
@@ -117,6 +121,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "report": report.add_parser(subs),
         "top": top.add_parser(subs),
         "deploy": _deploy_parser(subs),
+        "compare": comparing.add_parser(subs),
     }
     return parser, subparsers
 
@@ -579,6 +584,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return report.report_command(args, subparsers["report"])
         if args.subcommand == "deploy":
             return deploy(args, subparsers["deploy"])
+        if args.subcommand == "compare":
+            return comparing.compare_command(args, subparsers["compare"])
         if args.subcommand == "top":
             return top.top_command(args, subparsers["top"])
         return record(args, subparsers["record"])

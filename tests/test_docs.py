@@ -83,7 +83,7 @@ def test_runnable_block_runs(name: str, code: str, tmp_path: Path) -> None:
 
 MESSAGE = re.compile(
     r"^(?:(?:TypeError|ValueError|RuntimeError|OSError|ImportError|SystemMetricsWarning): "
-    r"|sysmetrics(?: record| report| deploy)?: )|is invalid[:;]"
+    r"|sysmetrics(?: record| report| deploy| compare)?: )|is invalid[:;]"
 )
 # What a message quotes but the code does not write: values, lists of names, and text
 # from elsewhere (argparse's "PROG: error: argument --flag:", the OS's strerror).
@@ -92,7 +92,7 @@ VALUE = re.compile(
     r"|\b\w+(?:, \w+){2,}|\b\w*_\w*(?:, \w+)+|\b(?:None|True|False)\b|\b[\w-]+\.[a-z]{2,5}\b"
     r"|\b[a-z]+_[a-z_]+\b|\b[A-Z][a-z]+[A-Z]\w*\b|-?\d[\d.,]*"
     r"|\b(?:TypeError|ValueError|RuntimeError|OSError|ImportError|SystemMetricsWarning): "
-    r"|^sysmetrics (?:record|report|deploy):"
+    r"|^sysmetrics (?:record|report|deploy|compare):"
     r"(?: error:(?: argument [-\w]+:| unrecognized arguments:)?)?"
     r"|^argument [-\w]+:"
 )

@@ -35,7 +35,8 @@ import os
 import sys
 from typing import Any
 
-from sysmetrics.report import drawing
+from sysmetrics.compare import Comparison
+from sysmetrics.report import comparing, drawing
 from sysmetrics.report import model as model
 from sysmetrics.report.data import (
     AXES,
@@ -180,6 +181,13 @@ def add_parser(subs: Any) -> argparse.ArgumentParser:
         help="the figures' x axis: step (the default: the training step where the run has "
         "steps, elapsed time otherwise) or time (elapsed time)",
     )
+    rep.add_argument(
+        "--baseline",
+        metavar="OLD",
+        help="compare the run with this earlier run (FILE[,FILE...], as sysmetrics compare's "
+        "A) and add the comparison's sentences to the findings (rule baseline)",
+    )
+    comparing.add_regression_flag(rep)
     return rep
 
 
@@ -189,11 +197,17 @@ def report_command(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     if output is None and args.png is None and not args.json:
         output = os.path.splitext(args.run[0])[0] + ".html"
     left_out: list[str] = []
+    if args.fail_on_regression is not None and args.baseline is None:
+        parser.error("argument --fail-on-regression: needs --baseline")
+    baseline = None if args.baseline is None else comparing.side(args.baseline)
+    compared: list[Comparison] = []
     try:
         if args.json:
-            text, written = json_report(args.run, output, args.png, args.x, left_out)
+            text, written = json_report(
+                args.run, output, args.png, args.x, left_out, baseline, compared
+            )
         else:
-            written = write_report(args.run, output, args.png, args.x, left_out)
+            written = write_report(args.run, output, args.png, args.x, left_out, baseline, compared)
     except (OSError, ValueError, ImportError) as exc:
         for said in left_out:
             print(f"{parser.prog}: {said}", file=sys.stderr)
@@ -205,4 +219,9 @@ def report_command(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         print(text)
     for path in written:  # with --json, stdout is the document alone
         print(path, file=sys.stderr if args.json else sys.stdout)
-    return 0
+    if args.fail_on_regression is None or not compared:
+        return 0
+    status, said = comparing.regression_status(compared[0], args.fail_on_regression)
+    if said:
+        print(f"{parser.prog}: {said}", file=sys.stderr)
+    return status

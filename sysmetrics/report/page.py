@@ -15,8 +15,10 @@ import os
 import re
 import shlex
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Optional
 
+from sysmetrics.compare import Comparison, baseline_findings, compare
 from sysmetrics.findings import CROSS_NODE_CODES, NO_MATCH, Finding
 from sysmetrics.report.data import (
     MAX_ROWS,
@@ -289,10 +291,14 @@ def _read(
     output: Optional[PathLike],
     x: str,
     left_out: Optional[list[str]] = None,
+    baseline: Optional[Sequence[PathLike]] = None,
+    compared: Optional[list[Comparison]] = None,
 ) -> Page:
     """The run files' page (:func:`~sysmetrics.report.model.build`); errors as :func:`write_report`.
 
     ``left_out`` gets what the reader left out, in sentences (``Run.left_out``).
+    ``baseline``: the run files of a baseline run, compared with this one (see
+    :func:`_with_baseline`; ``compared`` gets the comparison).
     """
     given = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     paths = [str(os.fspath(p)) for p in given]
@@ -312,7 +318,29 @@ def _read(
     page = build(run, paths, x)
     if not any(s.present for mine in page.nodes for s in mine.series):
         raise ValueError(f"{named} has no metric values (no finite number)")
+    if baseline is not None:  # report --baseline: the comparison's sentences as findings
+        page = _with_baseline(page, baseline, compared)
     return page
+
+
+def _with_baseline(
+    page: Page, baseline: Sequence[PathLike], compared: Optional[list[Comparison]]
+) -> Page:
+    """``page`` with the comparison of the ``baseline`` run against its run in its findings.
+
+    The sentences (rule ``baseline``) go after the findings of the page's only node, or
+    after the findings across nodes; the comparison is appended to ``compared``. Raises
+    as :func:`~sysmetrics.compare.compare` does (``ValueError``: the runs' nodes differ).
+    """
+    old = read_runs([os.fspath(p) for p in baseline])
+    comparison = compare(old, page.run, [os.fspath(p) for p in baseline], page.files)
+    if compared is not None:
+        compared.append(comparison)
+    added = tuple(baseline_findings(comparison))
+    if page.single:
+        mine = page.nodes[0]
+        return replace(page, nodes=(replace(mine, findings=mine.findings + added),))
+    return replace(page, across=page.across + added)
 
 
 def _write(page: Page, output: Optional[PathLike], png_dir: Optional[PathLike]) -> list[str]:
@@ -342,12 +370,16 @@ def write_report(
     png_dir: Optional[PathLike] = None,
     x: str = "step",
     left_out: Optional[list[str]] = None,
+    baseline: Optional[Sequence[PathLike]] = None,
+    compared: Optional[list[Comparison]] = None,
 ) -> list[str]:
     """Read the run file(s) at ``path``; write the page to ``output``, figures to ``png_dir``.
 
     What the reader left out of the files (``Run.left_out``: past its memory budget,
     lines skipped, keys dropped) is said at the top of the page and appended to
-    ``left_out`` where given (``sysmetrics report`` prints it on stderr).
+    ``left_out`` where given (``sysmetrics report`` prints it on stderr). ``baseline``:
+    the run file(s) of an earlier run, compared with this one; the comparison's sentences
+    are added to the findings (rule ``baseline``) and the comparison to ``compared``.
 
     ``path`` is one run file, or several: one per node of one run (see
     :func:`~sysmetrics.runfile.read_runs`). ``x`` is the figures' axis (``"step"``: the
@@ -358,7 +390,7 @@ def write_report(
     is missing.
     """
     axis(Run(), x)  # a bad x fails first
-    return _write(_read(path, output, x, left_out), output, png_dir)
+    return _write(_read(path, output, x, left_out, baseline, compared), output, png_dir)
 
 
 def json_report(
@@ -367,6 +399,8 @@ def json_report(
     png_dir: Optional[PathLike] = None,
     x: str = "step",
     left_out: Optional[list[str]] = None,
+    baseline: Optional[Sequence[PathLike]] = None,
+    compared: Optional[list[Comparison]] = None,
 ) -> tuple[str, list[str]]:
     """The JSON document (:mod:`sysmetrics.report.document`) of the run file(s) at ``path``.
 
@@ -375,6 +409,6 @@ def json_report(
     it draws).
     """
     axis(Run(), x)
-    page = _read(path, output, x, left_out)
+    page = _read(path, output, x, left_out, baseline, compared)
     text = json.dumps(page.to_json(), indent=1, allow_nan=False)
     return text, _write(page, output, png_dir)
