@@ -35,6 +35,7 @@ import os
 import sys
 from typing import Any
 
+from sysmetrics import ledger
 from sysmetrics.report import drawing
 from sysmetrics.report import model as model
 from sysmetrics.report.data import (
@@ -180,6 +181,7 @@ def add_parser(subs: Any) -> argparse.ArgumentParser:
         help="the figures' x axis: step (the default: the training step where the run has "
         "steps, elapsed time otherwise) or time (elapsed time)",
     )
+    ledger.add_flags(rep)  # the cost ledger's prices, as record takes them
     return rep
 
 
@@ -190,10 +192,11 @@ def report_command(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         output = os.path.splitext(args.run[0])[0] + ".html"
     left_out: list[str] = []
     try:
+        prices = ledger.prices_of(args)
         if args.json:
-            text, written = json_report(args.run, output, args.png, args.x, left_out)
+            text, written = json_report(args.run, output, args.png, args.x, left_out, prices)
         else:
-            written = write_report(args.run, output, args.png, args.x, left_out)
+            written = write_report(args.run, output, args.png, args.x, left_out, prices)
     except (OSError, ValueError, ImportError) as exc:
         for said in left_out:
             print(f"{parser.prog}: {said}", file=sys.stderr)

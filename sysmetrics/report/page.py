@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from sysmetrics.findings import CROSS_NODE_CODES, NO_MATCH, Finding
+from sysmetrics.ledger import Prices
 from sysmetrics.report.data import (
     MAX_ROWS,
     MAX_STALLS_SAID,
@@ -276,8 +277,17 @@ def render_page(page: Page, title: str, pngs: dict[str, bytes]) -> str:
             drawn = {g[len(prefix) :]: p for g, p in pngs.items() if g.startswith(prefix)}
             parts.append(f"<h2>{html.escape(_capital(node_label(mine.node)))}</h2>")
             parts += _section(mine, drawn, 3)
+    parts += _ledger_html(page)
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _ledger_html(page: Page) -> list[str]:
+    """The cost ledger's section: where the run has an energy counter (else nothing)."""
+    if page.ledger is None or not page.ledger.counted:
+        return []
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in page.ledger.lines())
+    return ["<h2>Cost ledger</h2>", f'<ul class="ledger">{items}</ul>']
 
 
 def _slug(group: str) -> str:
@@ -289,6 +299,7 @@ def _read(
     output: Optional[PathLike],
     x: str,
     left_out: Optional[list[str]] = None,
+    prices: Optional[Prices] = None,
 ) -> Page:
     """The run files' page (:func:`~sysmetrics.report.model.build`); errors as :func:`write_report`.
 
@@ -309,7 +320,7 @@ def _read(
         left_out += run.left_out
     if len(run) == 0:
         raise ValueError(f"{named} has no samples (no line is a run-file record)")
-    page = build(run, paths, x)
+    page = build(run, paths, x, prices=prices)
     if not any(s.present for mine in page.nodes for s in mine.series):
         raise ValueError(f"{named} has no metric values (no finite number)")
     return page
@@ -342,6 +353,7 @@ def write_report(
     png_dir: Optional[PathLike] = None,
     x: str = "step",
     left_out: Optional[list[str]] = None,
+    prices: Optional[Prices] = None,
 ) -> list[str]:
     """Read the run file(s) at ``path``; write the page to ``output``, figures to ``png_dir``.
 
@@ -358,7 +370,7 @@ def write_report(
     is missing.
     """
     axis(Run(), x)  # a bad x fails first
-    return _write(_read(path, output, x, left_out), output, png_dir)
+    return _write(_read(path, output, x, left_out, prices), output, png_dir)
 
 
 def json_report(
@@ -367,6 +379,7 @@ def json_report(
     png_dir: Optional[PathLike] = None,
     x: str = "step",
     left_out: Optional[list[str]] = None,
+    prices: Optional[Prices] = None,
 ) -> tuple[str, list[str]]:
     """The JSON document (:mod:`sysmetrics.report.document`) of the run file(s) at ``path``.
 
@@ -375,6 +388,6 @@ def json_report(
     it draws).
     """
     axis(Run(), x)
-    page = _read(path, output, x, left_out)
+    page = _read(path, output, x, left_out, prices)
     text = json.dumps(page.to_json(), indent=1, allow_nan=False)
     return text, _write(page, output, png_dir)
