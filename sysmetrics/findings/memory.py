@@ -1,9 +1,13 @@
 """``memory-creep``: the job's memory grows steadily across steps, past the warm-up.
 
-The series read: the job's PSS (``proc.memory.pssMB``) and, where PyTorch's allocator
-keys exist, each GPU's ``gpu.{i}.torch.allocatedBytes`` and ``reservedBytes``. Over the
+The series read: the job's PSS (``proc.memory.pssMB``; its RSS, ``proc.memory.rssMB``,
+where the PSS was read in too few samples: the kernel's walk of the pages is read
+seldom where it is slow, see :class:`~sysmetrics.collectors.process.ProcessCollector`)
+and, where PyTorch's allocator keys exist, each GPU's ``gpu.{i}.torch.allocatedBytes``
+and ``reservedBytes``. Over the
 samples of the longest recording that have a step, past the warm-up (the first
-``CREEP_WARMUP_SHARE`` of its steps), a least-squares line of the memory (MiB) against
+``CREEP_WARMUP_SHARE`` of its steps) and up to its last step (the samples after it are the
+job's exit or idle time), a least-squares line of the memory (MiB) against
 the step (:func:`fit`) gives the slope (MiB per step) and its standard error. It fires
 where
 
@@ -116,12 +120,21 @@ class _Series(NamedTuple):
     subject: Subject
 
 
-def _series(run: Run) -> list[_Series]:
+def _series(run: Run) -> list[list[_Series]]:
+    """The series to look at, each with its stand-ins: the PSS, else the RSS; each GPU's."""
     columns = run.columns
     out = []
-    if "proc.memory.pssMB" in columns:
-        out.append(_Series("proc.memory.pssMB", 1.0, "The job's memory (PSS)", "the job",
-                           Subject("resource", "memory")))  # fmt: skip
+    job = [
+        _Series(key, 1.0, what, "the job", Subject("resource", "memory"))
+        for key, what in (
+            ("proc.memory.pssMB", "The job's memory (PSS)"),
+            ("proc.memory.rssMB", "The job's memory (RSS of its processes, summed: its PSS "
+             "was read too seldom)"),
+        )
+        if key in columns
+    ]  # fmt: skip
+    if job:
+        out.append(job)
     ends = (".torch.allocatedBytes", ".torch.reservedBytes")
     gpus = sorted(
         {key.split(".")[1] for key in columns if key.startswith("gpu.") and key.endswith(ends)},
@@ -131,15 +144,21 @@ def _series(run: Run) -> list[_Series]:
         for kind, words in (("allocated", "in PyTorch tensors"), ("reserved", "PyTorch reserves")):
             key = f"gpu.{i}.torch.{kind}Bytes"
             if key in columns:
-                out.append(_Series(key, 1.0 / _MIB, f"GPU {i}'s memory {words} ({kind})",
-                                   f"GPU {i}", Subject("gpu", i, kind)))  # fmt: skip
+                out.append([_Series(key, 1.0 / _MIB, f"GPU {i}'s memory {words} ({kind})",
+                                    f"GPU {i}", Subject("gpu", i, kind))])  # fmt: skip
     return out
 
 
 def _limit(run: Run, series: _Series, samples: Sequence[int]) -> Optional[float]:
-    """The memory limit of ``series`` in MiB, from the last of ``samples`` that says it."""
+    """The memory limit of ``series`` in MiB, from the last of ``samples`` that says it.
+
+    The job's: its PSS over ``proc.memory.percent`` (read together; of the whole run where
+    the RSS stands in for a PSS read too seldom).
+    """
     columns = run.columns
-    if series.key == "proc.memory.pssMB":
+    if series.key == "proc.memory.rssMB":
+        samples = range(len(run))
+    if series.key in ("proc.memory.pssMB", "proc.memory.rssMB"):
         used, percent, scale = columns.get("proc.memory.pssMB"), "proc.memory.percent", 1.0
     else:
         i = series.subject.id
@@ -178,7 +197,11 @@ def _size(mib: float) -> str:
 
 
 def _window(run: Run, t: MemoryCreepThresholds) -> list[int]:
-    """The samples with a step of the recording with most of them, past its warm-up."""
+    """The samples with a step of the recording with most of them, past its warm-up.
+
+    Of the samples at the recording's last step, the first alone: the rest are the job
+    ending (its memory freed as it exits) or idle after training, no step's growth.
+    """
     best: list[int] = []
     for part in view(run).parts:
         stepped = [j for j in part if run.step[j] is not None]
@@ -186,10 +209,11 @@ def _window(run: Run, t: MemoryCreepThresholds) -> list[int]:
             best = stepped
     if not best:
         return []
-    steps = [run.step[j] for j in best]
-    first, last = min(s for s in steps if s is not None), max(s for s in steps if s is not None)
+    steps = [s for j in best if (s := run.step[j]) is not None]
+    first, last = min(steps), max(steps)
+    end = next(n for n, s in enumerate(steps) if s == last)
     start = first + t.warmup_share * (last - first)
-    return [j for j in best if (s := run.step[j]) is not None and s >= start]
+    return [j for j, s in zip(best[: end + 1], steps) if s >= start]
 
 
 def memory_creep(run: Run, t: MemoryCreepThresholds = MEMORY_CREEP) -> list[Finding]:
@@ -198,11 +222,14 @@ def memory_creep(run: Run, t: MemoryCreepThresholds = MEMORY_CREEP) -> list[Find
     if len(window) < t.min_samples:
         return []
     out = []
-    for series in _series(run):
-        column = run.columns[series.key]
-        points = [(j, float(s), v * series.scale) for j in window
-                  if (s := run.step[j]) is not None and (v := column[j]) == v]  # fmt: skip
-        if len(points) < t.min_samples:
+    for choices in _series(run):
+        for series in choices:  # the first with enough samples
+            column = run.columns[series.key]
+            points = [(j, float(s), v * series.scale) for j in window
+                      if (s := run.step[j]) is not None and (v := column[j]) == v]  # fmt: skip
+            if len(points) >= t.min_samples:
+                break
+        else:
             continue
         xs, ys = [p[1] for p in points], [p[2] for p in points]
         line = fit(xs, ys)
