@@ -264,3 +264,33 @@ def test_prometheus_series() -> None:
     }
     assert "sysmetrics_energy_joules_total{" in unpriced
     assert "cost" not in unpriced and "carbon" not in unpriced  # no price: no money, no carbon
+
+
+def test_the_panel_has_a_cost_line_from_a_real_rapl_collector(tmp_path: Path) -> None:
+    """A real monitor with a real :class:`RaplCollector` over a powercap tree (the kernel's
+    sysfs ABI; tests/test_rapl.py) whose package counter the test raises by 1.8 kJ, DRAM by
+    0.9 kJ: the panel's cost line says 2.7 kJ, its money and gCO2e, and what it counted."""
+    from sysmetrics.collectors.rapl import RaplCollector
+    from sysmetrics.monitor import SystemMonitor
+    from sysmetrics.panel import Panel
+    from tests.test_rapl import add, powercap
+
+    root = powercap(tmp_path, packages=1)
+    rapl = RaplCollector.create(str(root))
+    assert rapl is not None
+    monitor = SystemMonitor(interval=3600, collectors=[rapl])
+    panel = Panel(monitor, prices=ledger.Prices(per_kwh=0.4, carbon_intensity=200.0))
+    try:
+        monitor._sample_once()
+        add(root, "intel-rapl:0", 1_800_000_000)
+        add(root, "intel-rapl:0:2", 900_000_000)  # dram
+        monitor._sample_once()
+        panel._read()
+        kwh = 2700.0 / 3.6e6
+        assert panel.state.lines()[-1] == (
+            f"energy  2.7 kJ ({kwh:.3g} kWh) so far \N{MIDDLE DOT} {kwh * 0.4:.3g} money "
+            f"\N{MIDDLE DOT} {kwh * 200:.3g} gCO2e (counted: CPU packages, DRAM; not: GPU)"
+        )
+    finally:
+        panel._reader.close()
+        monitor.stop()
