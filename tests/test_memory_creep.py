@@ -153,3 +153,37 @@ def test_degenerate_inputs(x: int, y: float) -> None:
     assert (same.slope, same.stderr) == (0.0, math.inf)
     two = fit([x, x + 1], [y, y + 3])
     assert two.slope == pytest.approx(3.0) and two.stderr == math.inf
+
+
+def test_a_gpu_whose_pytorch_memory_creeps_is_named_with_its_projection(tmp_path: Path) -> None:
+    """GPU 0's ``torch.allocatedBytes`` grows 4 MiB a step (a tensor kept each step) while
+    its ``reservedBytes`` holds after the allocator's warm-up: one finding, GPU 0's
+    allocated memory, projected to the GPU's 80 GiB (its bytes in use at its % in use)."""
+    from tests.rule_examples import recording
+
+    gib = 1024**3
+    samples = []
+    for n in range(40):
+        allocated = 2 * gib + 4 * MIB * 10 * n  # 10 steps a sample
+        samples.append({
+            "gpu.0.torch.allocatedBytes": float(allocated),
+            "gpu.0.torch.reservedBytes": float(min(n, 8) * gib + 20 * gib),
+            "gpu.0.memoryAllocatedBytes": float(allocated + 20 * gib),
+            "gpu.0.memoryAllocated": 100.0 * (allocated + 20 * gib) / (80 * gib),
+            "step.seconds": 0.5,
+        })  # fmt: skip
+    path = tmp_path / "gpu.jsonl"
+    path.write_bytes(recording(samples, steps=[10 * n for n in range(40)]))
+    (creep,) = [f for f in findings(runfile.read_run(path)) if f.rule == "memory-creep"]
+    assert creep.subject == ("gpu", "0", "allocated", None)
+    assert creep.evidence["slope_mib_per_step"] == pytest.approx(4.0)
+    assert creep.evidence["limit_mib"] == pytest.approx(80 * 1024)
+    # at step 390: 2,048 + 1,560 MiB allocated, 20 GiB more in use on the device: the
+    # 80 GiB are reached in (81,920 - 24,088) MiB / 4 MiB = 14,458 steps more, 0.5 s each
+    assert creep.evidence["limit_step"] == pytest.approx(390 + 14458)
+    assert creep.evidence["limit_seconds"] == pytest.approx(14458 * 0.5)
+    assert creep.sentence == (
+        "GPU 0's memory in PyTorch tensors (allocated) grows steadily by 4 MiB per step "
+        "(\N{PLUS-MINUS SIGN} 0, 95 %; steps 100\N{EN DASH}390, past the warm-up): at this "
+        "rate GPU 0 reaches its 80 GiB limit around step 15,000, in about 2 h."
+    )

@@ -149,11 +149,16 @@ def _series(run: Run) -> list[list[_Series]]:
     return out
 
 
-def _limit(run: Run, series: _Series, samples: Sequence[int]) -> Optional[float]:
-    """The memory limit of ``series`` in MiB, from the last of ``samples`` that says it.
+def _limit(
+    run: Run, series: _Series, samples: Sequence[int]
+) -> Optional[tuple[float, Optional[float]]]:
+    """The memory limit of ``series`` in MiB, and what is in use of it then (MiB, or None).
 
-    The job's: its PSS over ``proc.memory.percent`` (read together; of the whole run where
-    the RSS stands in for a PSS read too seldom).
+    From the last of ``samples`` that says it. The job's: its PSS over
+    ``proc.memory.percent`` (read together; of the whole run where the RSS stands in for a
+    PSS read too seldom), in use: None (the series itself). A GPU's: its memory in use
+    over its % in use, in use: that memory (the device's: every process's, and what
+    PyTorch's allocator caches), so the headroom is the device's.
     """
     columns = run.columns
     if series.key == "proc.memory.rssMB":
@@ -170,7 +175,7 @@ def _limit(run: Run, series: _Series, samples: Sequence[int]) -> Optional[float]
     for j in reversed(samples):
         u, p = used[j], share[j]
         if u == u and p == p and p > 0:
-            return u * scale * 100.0 / p
+            return u * scale * 100.0 / p, (None if series.scale == 1.0 else u * scale)
     return None
 
 
@@ -268,8 +273,9 @@ def _finding(
         "first_step": first,
         "last_step": last,
     }
-    limit = _limit(run, series, [p[0] for p in points])
-    now = line.at(last)
+    found = _limit(run, series, [p[0] for p in points])
+    limit, used = found if found is not None else (None, None)
+    now = line.at(last) if used is None else used
     if limit is not None and limit > 0:
         evidence["limit_mib"] = limit
         if now >= limit:
