@@ -294,3 +294,16 @@ def test_the_panel_has_a_cost_line_from_a_real_rapl_collector(tmp_path: Path) ->
     finally:
         panel._reader.close()
         monitor.stop()
+
+
+def test_prices_on_a_run_without_counters_say_why_there_is_no_figure(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="needs the [report] extra")
+    run = write(tmp_path / "run.jsonl", samples(gpu=False, cpu=False, dram=False))
+    out = tmp_path / "page.html"
+    assert cli.main(["report", str(run), "-o", str(out), "--carbon-intensity", "300"]) == 0
+    page = out.read_text()
+    assert "<h2>Cost ledger</h2>" in page
+    assert "counted nothing (no energy counter); not counted: " + ledger.NO_GPU in page
+    bare = tmp_path / "bare.html"
+    assert cli.main(["report", str(run), "-o", str(bare)]) == 0
+    assert "Cost ledger" not in bare.read_text()  # no counter, no price: nothing to say

@@ -283,8 +283,14 @@ def render_page(page: Page, title: str, pngs: dict[str, bytes]) -> str:
 
 
 def _ledger_html(page: Page) -> list[str]:
-    """The cost ledger's section: where the run has an energy counter (else nothing)."""
-    if page.ledger is None or not page.ledger.counted:
+    """The cost ledger's section: where the run has an energy counter or prices were given.
+
+    With prices and no counter, the section says what was not counted (no figure).
+    """
+    costs = page.ledger
+    if costs is None or not (
+        costs.counted or costs.prices.priced or costs.prices.carbon_intensity is not None
+    ):
         return []
     items = "".join(f"<li>{html.escape(line)}</li>" for line in page.ledger.lines())
     return ["<h2>Cost ledger</h2>", f'<ul class="ledger">{items}</ul>']
