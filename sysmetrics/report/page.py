@@ -292,7 +292,7 @@ def _ledger_html(page: Page) -> list[str]:
         costs.counted or costs.prices.priced or costs.prices.carbon_intensity is not None
     ):
         return []
-    items = "".join(f"<li>{html.escape(line)}</li>" for line in page.ledger.lines())
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in costs.lines())
     return ["<h2>Cost ledger</h2>", f'<ul class="ledger">{items}</ul>']
 
 
