@@ -24,7 +24,8 @@ For each node (a node's samples) and for the job (the nodes' sum):
   x its ``price_per_device_hour``;
 - **per step**: over the intervals whose two samples have a step (and every counted
   counter), their energy (and seconds, for the device-hours) over the steps they
-  advanced (:func:`energy_per_step`);
+  advanced (:func:`energy_per_step`): a step's share of the time between steps
+  (evaluations, checkpoints at a known step) included;
 - **per 1,000 samples**: per step over the samples per step (``step.samplesPerSecond``
   x ``step.seconds``, averaged over the same intervals by the steps; the samples are the
   whole job's, all ranks): approximate, as the samples per second are (a mean over step
