@@ -243,6 +243,11 @@ class Ledger:
                 out.append(f"{scope}: {said(f)}.")
         for n in self.nodes:
             who = "" if n.node is None else f"Node {n.node}: "
+            if n.node is not None and n.parts:  # several nodes: each one's figures too
+                figures = [f"the run {said(n.run)}"]
+                if n.per_step is not None:
+                    figures.append(f"per step {said(n.per_step)}")
+                out.append(f"{who}{'; '.join(figures)}.")
             counted = ", ".join(n.counted) or "nothing (no energy counter)"
             out.append(f"{who}counted {counted}; not counted: {'; '.join(n.not_counted)}.")
         return out

@@ -147,6 +147,10 @@ def test_two_nodes_sum_for_the_job(tmp_path: Path, capsys: pytest.CaptureFixture
     assert got["job"]["per_step"]["joules"] == pytest.approx(80.0 + 75.0)
     assert got["job"]["per_1000_samples"]["joules"] == pytest.approx(155.0 / 32 * 1000)
     assert got["job"]["run"]["gco2e"] == pytest.approx(3100.0 / 3.6e6 * 100.0)
+    view = ledger.run_ledger(read_run(a), ledger.Prices())  # one node alone: no "Node 0:"
+    heads = [line.split(":")[0] for line in view.lines()]
+    assert heads[:3] == ["The run", "Per step", "Per 1,000 samples"]
+    assert heads[3].startswith("counted GPU 0") and len(heads) == 4
 
 
 def test_energy_per_step_for_compare(tmp_path: Path) -> None:
