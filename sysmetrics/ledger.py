@@ -163,8 +163,9 @@ class NodeLedger:
 
     ``node`` is None on a run of one node. ``steps``: the steps the per-step figures are
     over (None: the run has no steps with every counter); ``samples_per_step``: the job's
-    samples per step there (None where unknown). ``per_step`` and ``per_1000_samples`` are
-    None where those are.
+    samples per step there (None where unknown). ``run`` is None where no counter was
+    counted (no figure, rather than 0 J); ``per_step`` and ``per_1000_samples`` are None
+    where those are.
     """
 
     node: Optional[int]
@@ -174,7 +175,7 @@ class NodeLedger:
     gpus: int
     steps: Optional[int]
     samples_per_step: Optional[float]
-    run: Figures
+    run: Optional[Figures]
     per_step: Optional[Figures]
     per_1000_samples: Optional[Figures]
 
@@ -194,7 +195,7 @@ class NodeLedger:
             "gpus": self.gpus,
             "steps": self.steps,
             "samples_per_step": self.samples_per_step,
-            "run": self.run.to_json(),
+            "run": None if self.run is None else self.run.to_json(),
             "per_step": None if self.per_step is None else self.per_step.to_json(),
             "per_1000_samples": (
                 None if self.per_1000_samples is None else self.per_1000_samples.to_json()
@@ -243,7 +244,7 @@ class Ledger:
                 out.append(f"{scope}: {said(f)}.")
         for n in self.nodes:
             who = "" if n.node is None else f"Node {n.node}: "
-            if n.node is not None and n.parts:  # several nodes: each one's figures too
+            if n.node is not None and n.run is not None:  # several nodes: each one's too
                 figures = [f"the run {said(n.run)}"]
                 if n.per_step is not None:
                     figures.append(f"per step {said(n.per_step)}")
@@ -384,7 +385,11 @@ def node_ledger(view: RunView, prices: Prices, node: Optional[int] = None) -> No
             )
     missing.append(NOT_COUNTED_REST)
     gpus = sum(1 for p in parts if p.startswith("gpu."))
-    total = figures(sum(sums.joules.values()), _hours(sums.seconds, gpus), prices)
+    total = (
+        figures(math.fsum(sums.joules.values()), _hours(sums.seconds, gpus), prices)
+        if parts
+        else None
+    )
     per_step = per_1000 = None
     samples_per_step = None
     if sums.steps > 0:
@@ -448,7 +453,8 @@ def ledger(nodes: Sequence[tuple[Optional[int], RunView]], prices: Prices) -> Le
     """
     each = tuple(node_ledger(v, prices, k) for k, v in nodes)
     counted = [n for n in each if n.parts]
-    run = _add([n.run for n in counted]) if counted else None
+    totals = [n.run for n in counted if n.run is not None]
+    run = _add(totals) if totals else None
     steps = [n.per_step for n in counted]
     per_step = _add([s for s in steps if s is not None]) if counted and None not in steps else None
     per_1000 = None

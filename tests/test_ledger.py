@@ -311,3 +311,14 @@ def test_prices_on_a_run_without_counters_say_why_there_is_no_figure(tmp_path: P
     bare = tmp_path / "bare.html"
     assert cli.main(["report", str(run), "-o", str(bare)]) == 0
     assert "Cost ledger" not in bare.read_text()  # no counter, no price: nothing to say
+
+
+def test_a_node_without_counters_has_no_figure_not_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No counter: no energy figure at all (null), never 0 J, nor money from device-hours
+    presented beside a 0 J energy."""
+    run = write(tmp_path / "run.jsonl", samples(gpu=False, cpu=False, dram=False))
+    got = report_json(capsys, str(run), "--price-per-device-hour", "node=1")
+    assert got["nodes"][0]["run"] is None and got["nodes"][0]["counted"] == []
+    assert got["job"] == {"run": None, "per_step": None, "per_1000_samples": None}
