@@ -322,3 +322,16 @@ def test_a_node_without_counters_has_no_figure_not_zero(
     got = report_json(capsys, str(run), "--price-per-device-hour", "node=1")
     assert got["nodes"][0]["run"] is None and got["nodes"][0]["counted"] == []
     assert got["job"] == {"run": None, "per_step": None, "per_1000_samples": None}
+
+
+def test_callbacks_take_the_prices_and_their_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A framework callback's core takes the prices as keywords (for its panel's line),
+    else from the environment, and refuses a bad one at construction."""
+    from sysmetrics.callback import CallbackCore
+
+    monkeypatch.setenv("SYSMETRICS_CARBON_INTENSITY", "120")
+    core = CallbackCore(price_per_kwh=0.25, price_per_device_hour={"gpu": 1.5})
+    assert core.prices == ledger.Prices(0.25, {"gpu": 1.5}, 120.0)
+    with pytest.raises(OptionError) as raised:
+        CallbackCore(price_per_device_hour={"gpu": -1.0})
+    assert raised.value.option == "price_per_device_hour"
