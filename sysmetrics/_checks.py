@@ -273,3 +273,85 @@ def parse_endpoint(text: str) -> tuple[str, str]:
 def absolute_paths(paths: list[str]) -> list[str]:
     """The paths made absolute: a disk path is part of the metric keys."""
     return [os.path.abspath(p) if p else p for p in paths]
+
+
+# -- the cost ledger's options (sysmetrics.ledger): prices and carbon intensity ------------
+
+DEVICE_KINDS = ("gpu", "node")
+"""What ``price_per_device_hour`` prices: each GPU the job uses, each node of the job."""
+MAX_CARBON_INTENSITY = 2000.0  # gCO2e/kWh: above any grid's (coal is about 1,000)
+
+
+def _non_negative(option: str, value: object, allowed: str, top: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise OptionTypeError(option, value, allowed)
+    number = float(value)
+    if not (math.isfinite(number) and 0.0 <= number <= top):
+        raise OptionError(option, value, allowed)
+    return number
+
+
+def check_price_per_kwh(value: object) -> float | None:
+    """``price_per_kwh`` as a float (money per kWh, 0 or more), or None (no energy price)."""
+    if value is None:
+        return None
+    return _non_negative(
+        "price_per_kwh", value, "it must be a price per kWh, 0 or more, or None for none"
+    )
+
+
+def check_price_per_device_hour(value: object) -> dict[str, float] | None:
+    """``price_per_device_hour`` as ``{kind: money per hour}`` (kinds: :data:`DEVICE_KINDS`)."""
+    if value is None:
+        return None
+    kinds = " or ".join(repr(k) for k in DEVICE_KINDS)
+    if not isinstance(value, Mapping):
+        raise OptionTypeError(
+            "price_per_device_hour", value, f"it must be a mapping {{kind: price per hour}}, "
+            f"kind {kinds}, or None"
+        )  # fmt: skip
+    out = {}
+    for kind, price in value.items():
+        if kind not in DEVICE_KINDS:
+            raise OptionError("price_per_device_hour", kind, f"use {kinds}", part="name")
+        out[kind] = _non_negative(
+            "price_per_device_hour", price, "it must be a price per hour, 0 or more"
+        )
+    return out
+
+
+def check_carbon_intensity(value: object) -> float | None:
+    """``carbon_intensity`` as a float of gCO2e/kWh (0 to 2,000), or None (no carbon figure)."""
+    if value is None:
+        return None
+    return _non_negative(
+        "carbon_intensity",
+        value,
+        f"it must be grams of CO2e per kWh, 0 to {MAX_CARBON_INTENSITY:,.0f}, or None for none",
+        MAX_CARBON_INTENSITY,
+    )
+
+
+def parse_number(text: str) -> float:
+    """A flag's (or environment variable's) number; its range is the option's check's."""
+    import argparse
+
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: it must be a number") from None
+
+
+def parse_device_price(text: str) -> tuple[str, float]:
+    """``KIND=PRICE`` (``gpu=2.5``) as ``(kind, price)``; the check says which kinds."""
+    import argparse
+
+    kind, sep, price = text.partition("=")
+    if not sep or not kind:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: use KIND=PRICE (gpu=2.5)")
+    return kind.strip(), parse_number(price.strip())
+
+
+def parse_device_prices(text: str) -> dict[str, float]:
+    """``gpu=2.5,node=0.4`` (an environment variable's value) as ``{kind: price}``."""
+    return dict(parse_device_price(part) for part in text.split(",") if part.strip())

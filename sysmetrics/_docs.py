@@ -60,9 +60,10 @@ def options_table() -> str:
     for o in OPTIONS:
         where = "callbacks" if o.scope == "callback" else "`SystemMonitor`, callbacks"
         flag = f"`{o.flag}`" if o.flag else ""
+        env = f" (environment variable `{o.env}`)" if o.env else ""
         rows.append(
             f"| `{o.name}` | {_code(o.type)} | {_code(repr(o.default))} | {o.unit or ''} | {where} "
-            f"| {flag} | {_cell(o.help)} |"
+            f"| {flag} | {_cell(o.help)}{env} |"
         )
     return "\n".join(rows) + "\n"
 

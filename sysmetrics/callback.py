@@ -25,6 +25,7 @@ from sysmetrics.console_view import console_view
 from sysmetrics.descriptions import split_node
 from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning, quote
 from sysmetrics.hang import HangWatch, Progress
+from sysmetrics.ledger import Prices
 from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
 from sysmetrics.options import CALLBACK_OPTIONS, MONITOR_OPTIONS, CallbackOptions
@@ -254,6 +255,11 @@ class CallbackCore:
         self.live_findings: bool = checked["live_findings"]
         self.hang_after: float | None = checked["hang_after"]
         self.panel: bool | None = checked["panel"]  # None: inside a Jupyter kernel only
+        self.prices = Prices(  # the cost ledger's: the panel's cost line
+            checked["price_per_kwh"],
+            dict(checked["price_per_device_hour"] or {}),
+            checked["carbon_intensity"],
+        )
         self._panel: Panel | None = None  # the current run's live panel, if shown
         self.monitor_options: dict[str, Any] = {
             "interval": 1.0 if interval is None else interval,
@@ -548,7 +554,7 @@ class CallbackCore:
         """
         if not wanted(self.panel, stacklevel=5):
             return say
-        self._panel = Panel(monitor).start()
+        self._panel = Panel(monitor, prices=self.prices).start()
         return note_say(self._panel, say)
 
     def _close_panel(self, run: TrainingSession) -> None:

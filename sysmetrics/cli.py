@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sysmetrics import deploy_files, report, runfile, stepfile, top
+from sysmetrics import deploy_files, ledger, report, runfile, stepfile, top
 from sysmetrics._child import (
     _ending,
     _has_terminal,
@@ -332,10 +332,11 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         _check_gpu_ids(options)
         given = {} if args.hang_after is None else {"hang_after": args.hang_after}
         args.hang_after = check_options(["hang_after"], given)["hang_after"]
+        prices = ledger.prices_of(args)  # the cost ledger's (the exporter's money, carbon)
     except (TypeError, ValueError, ImportError, OSError) as exc:
         parser.error(_flag_error(exc))
     # The exporter before the run file: no file is left behind when it cannot start.
-    exporter = _exporter(proxy, args.prometheus_port, args.prometheus_run, parser)
+    exporter = _exporter(proxy, args.prometheus_port, args.prometheus_run, parser, prices)
     try:
         made, folders = _run_file(args.output)
     except OSError as exc:
@@ -459,7 +460,11 @@ def _unmake(path: str, made: os.stat_result | None, folders: Sequence[str] = ())
 
 
 def _exporter(
-    proxy: _Proxy, port: int | None, run: str | None, parser: argparse.ArgumentParser
+    proxy: _Proxy,
+    port: int | None,
+    run: str | None,
+    parser: argparse.ArgumentParser,
+    prices: ledger.Prices | None = None,
 ) -> PrometheusExporter | None:
     """The ``--prometheus-port`` endpoint serving ``proxy``, or None without the option.
 
@@ -473,7 +478,7 @@ def _exporter(
     from sysmetrics.sinks.prometheus import RUN_ALLOWED, PrometheusExporter
 
     try:
-        return PrometheusExporter(proxy, port, "127.0.0.1", run=run)
+        return PrometheusExporter(proxy, port, "127.0.0.1", run=run, prices=prices)
     except ImportError as exc:
         parser.error(str(exc))
     except ValueError:  # the only option a user can get wrong here

@@ -36,6 +36,7 @@ from sysmetrics._checks import (
     check_any,
     check_bool,
     check_by_callback,
+    check_carbon_intensity,
     check_disk_paths,
     check_engine,
     check_every,
@@ -48,11 +49,17 @@ from sysmetrics._checks import (
     check_patterns,
     check_pid,
     check_prefix,
+    check_price_per_device_hour,
+    check_price_per_kwh,
+    parse_device_price,
+    parse_device_prices,
     parse_endpoint,
     parse_gpu_ids,
+    parse_number,
     parse_seconds,
 )
 from sysmetrics.engine import Clock
+from sysmetrics.errors import OptionError
 
 if TYPE_CHECKING:
     from sysmetrics.collectors.base import Collector
@@ -128,6 +135,10 @@ class CallbackOptions(CollectorOptions, _EngineOptions, total=False):
     monitor: SharedMonitor | None
     run_file: PathLike | bool | None
     hang_after: float | None
+    # The cost ledger's (sysmetrics.ledger): the panel's cost line; record's and report's flags.
+    price_per_kwh: float | None
+    price_per_device_hour: Mapping[str, float] | None
+    carbon_intensity: float | None
 
 
 @dataclass(frozen=True)
@@ -154,6 +165,7 @@ class Option:
     flag: str | None = None  # record's flag ("--disk-path"), None where record has none
     cli: Flag | None = None  # how record takes it, with ``flag``
     aliases: tuple[str, ...] = ()  # other frameworks' names for it, for "did you mean"
+    env: str | None = None  # an environment variable that sets it where it is not given
     type: str = field(default="", compare=False)  # the annotation, read from the TypedDict
 
 
@@ -379,6 +391,58 @@ OPTIONS: tuple[Option, ...] = (
         ),
         aliases=("stall_after", "hang_timeout"),
     ),
+    # -- the cost ledger (sysmetrics.ledger): no default price; no default carbon intensity
+    Option(
+        "price_per_kwh",
+        None,
+        check_price_per_kwh,
+        "the price of a kWh of electricity, in the currency the ledger's money figures are "
+        "then in; None: no money from energy (there is no default price)",
+        unit="money/kWh",
+        scope="callback",
+        flag="--price-per-kwh",
+        cli=Flag("PRICE", "the price of a kWh, for the cost ledger (default: none)", parse_number),
+        aliases=("energy_price", "electricity_price"),
+        env="SYSMETRICS_PRICE_PER_KWH",
+    ),
+    Option(
+        "price_per_device_hour",
+        None,
+        check_price_per_device_hour,
+        "{kind: price per hour} of each device the job holds, kind 'gpu' (each GPU the job "
+        "uses) or 'node' (each node, the whole machine); added to the money from energy; "
+        "None: none (there is no default price)",
+        unit="money/h",
+        scope="callback",
+        flag="--price-per-device-hour",
+        cli=Flag(
+            "KIND=PRICE",
+            "the price of an hour of each GPU the job uses (gpu=PRICE) or of each node "
+            "(node=PRICE), for the cost ledger (repeatable; default: none)",
+            parse_device_price,
+            repeatable=True,
+            convert=dict,
+        ),
+        aliases=("device_hour_price", "hourly_price"),
+        env="SYSMETRICS_PRICE_PER_DEVICE_HOUR",
+    ),
+    Option(
+        "carbon_intensity",
+        None,
+        check_carbon_intensity,
+        "grams of CO2e emitted per kWh of the electricity used (the grid's, 0 to 2,000); "
+        "None: no carbon figures (there is no default: grids differ from about 20 to 900)",
+        unit="gCO2e/kWh",
+        scope="callback",
+        flag="--carbon-intensity",
+        cli=Flag(
+            "G",
+            "grams of CO2e per kWh, for the cost ledger (default: none)",
+            parse_number,
+        ),
+        aliases=("grid_intensity", "co2_per_kwh"),
+        env="SYSMETRICS_CARBON_INTENSITY",
+    ),
 )
 """Every option, in documentation order."""
 
@@ -424,11 +488,50 @@ ALIASES = {alias: o.name for o in OPTIONS for alias in o.aliases}
 
 
 def check(names: Iterable[str], options: Mapping[str, object]) -> dict[str, Any]:
-    """The options ``names``, each checked (its default where not given)."""
+    """The options ``names``, each checked.
+
+    An option not given takes its environment variable's value, else its default
+    (:func:`default`).
+    """
     return {
-        name: BY_NAME[name].check(options[name] if name in options else BY_NAME[name].default)
+        name: BY_NAME[name].check(options[name] if name in options else default(name))
         for name in names
     }
+
+
+_ENV_PARSERS: dict[str, Callable[[str], object]] = {
+    "price_per_device_hour": parse_device_prices,  # gpu=2.5,node=0.4: the flag's, comma-joined
+}
+
+
+def default(name: str) -> object:
+    """Option ``name``'s value where it is not given: its environment variable's, else its default.
+
+    An option declared with ``env`` takes that variable's value where it is set (not
+    empty), parsed as its flag's value (a list of ``KIND=PRICE`` joined by commas for
+    ``price_per_device_hour``).
+
+    Raises:
+        OptionError: the variable's value is no number (the option, the value, the
+            variable).
+
+    """
+    o = BY_NAME[name]
+    text = os.environ.get(o.env, "").strip() if o.env else ""
+    if not text:
+        return o.default
+    parse = _ENV_PARSERS.get(name) or (o.cli.parse if o.cli is not None else None)
+    if parse is None:
+        return text
+    import argparse
+
+    try:
+        return parse(text)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        allowed = str(exc).split(": ", 1)[-1]  # past "'text' is invalid: "
+        raise OptionError(
+            name, text, f"{allowed} (from the environment variable {o.env})"
+        ) from None
 
 
 def unknown(

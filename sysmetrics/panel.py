@@ -18,7 +18,9 @@ findings), which stays in the saved notebook. IPython is imported only inside a 
 The short keys the panel shows are the console's (:data:`sysmetrics.console_view.CONSOLE_KEYS`:
 ``cpu``, ``mem``, ``gpu``, ``gmem``, ``s/step``, ``wait``, their labels, keys and
 decimals), with per GPU its memory in use out of its total and its power
-(:data:`GPU_BYTES`, :data:`GPU_POWER`), and the disk and network rates (:data:`RATES`).
+(:data:`GPU_BYTES`, :data:`GPU_POWER`), the disk and network rates (:data:`RATES`), and
+the cost ledger's line where an energy counter is read (:func:`sysmetrics.ledger.live_line`:
+energy so far and per step, its money and gCO2e at the callback's prices, what was counted).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any
 from sysmetrics.console_view import CONSOLE_KEYS, ConsoleKey
 from sysmetrics.descriptions import counter_rate, gpu_key
 from sysmetrics.errors import SystemMetricsWarning
+from sysmetrics.ledger import Prices, live_line
 
 PANEL_EVERY = 1.0  # s: the panel redraws at most this often
 SPARK_SECONDS = 300.0  # s of step history the sparklines show
@@ -127,8 +130,9 @@ class PanelState:
 
     """
 
-    def __init__(self, title: str = "sysmetrics") -> None:
+    def __init__(self, title: str = "sysmetrics", prices: Prices | None = None) -> None:
         self.title = title
+        self.prices = prices or Prices()  # the cost line's (sysmetrics.ledger)
         self.values: dict[str, float] = {}  # each key's latest value
         self.measured: dict[str, float] = {}  # when, s since the epoch
         self.time: float | None = None  # the latest reading's time, s since the epoch
@@ -251,6 +255,13 @@ class PanelState:
             parts.append(line)
         return "  ".join(parts) or None
 
+    def cost_text(self) -> str | None:
+        """The cost ledger's line (:func:`sysmetrics.ledger.live_line`), None without a counter.
+
+        Energy so far and per step, its money and gCO2e at the prices, the parts counted.
+        """
+        return live_line(self.values, self.prices)
+
     def header(self) -> str:
         """The title, the step, and the latest reading's time (UTC)."""
         parts = [self.title]
@@ -266,7 +277,7 @@ class PanelState:
         """The panel, a few lines of text."""
         out = [self.header()]
         out += [self.gpu_text(i) for i in self.gpus()]
-        for text in (self.job_text(), self.io_text(), self.step_text()):
+        for text in (self.job_text(), self.io_text(), self.step_text(), self.cost_text()):
             if text:
                 out.append(text)
         if self.finding:
@@ -342,10 +353,12 @@ class Panel:
 
     """
 
-    def __init__(self, monitor: Any, every: float = PANEL_EVERY) -> None:
+    def __init__(
+        self, monitor: Any, every: float = PANEL_EVERY, prices: Prices | None = None
+    ) -> None:
         self.monitor = monitor
         self.every = max(every, float(monitor.interval))
-        self.state = PanelState()
+        self.state = PanelState(prices=prices)
         self._reader = monitor.reader()
         self._stop = threading.Event()
         self._handle: Any = None

@@ -66,6 +66,12 @@ def gathered(key: str, values: list[float], n: int = 20) -> list[Metrics]:
     return [{f"node{k}/{key}": v for k, v in enumerate(values)}] * n
 
 
+def pss(mib: float, limit: float = 16384.0) -> Metrics:
+    """The job's PSS at ``mib`` MiB of a ``limit`` MiB limit, and 0.1 s steps."""
+    return {"proc.memory.pssMB": mib, "proc.memory.percent": 100.0 * mib / limit,
+            "step.seconds": 0.1}  # fmt: skip
+
+
 N = 30  # samples in most examples
 
 # code -> (fires, quiet): each a recording's bytes.
@@ -133,6 +139,15 @@ SCENARIOS: dict[str, Callable[[], tuple[bytes, bytes]]] = {
     "unused-gpu": lambda: (
         recording([{"gpu.0.gpu": 0.0, "gpu.0.memoryAllocated": 1.0}] * N),
         recording([used(80.0, **{"gpu.0.memoryAllocated": 40.0})] * N),
+    ),
+    # The job's PSS growing 2 MiB a step (10 steps a sample, 0.1 s each) towards its 16 GiB
+    # limit: a leak; quiet: 600 MiB more over the first 10 samples (caches filling, the
+    # allocator's warm-up), then flat.
+    "memory-creep": lambda: (
+        recording([pss(1024.0 + 20.0 * n) for n in range(N)], steps=[10 * n for n in range(N)]),
+        recording(
+            [pss(1024.0 + 60.0 * min(n, 10)) for n in range(N)], steps=[10 * n for n in range(N)]
+        ),
     ),
     # Two nodes gathered by a callback: node 1's steps take 1.6 s, node 0's 1.0 s;
     # quiet: 1.0 and 1.1 s.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
 from typing import Any
 
@@ -90,7 +91,10 @@ def test_records_flags_are_the_declared_ones() -> None:
     declared = {o.flag: o.name for o in OPTIONS if o.flag is not None}
     assert declared == {f: d for f, d in flags.items() if f in declared}
     assert set(declared) == {"--interval", "--disk-path", "--gpu-ids", "--open-metrics",
-                             "--network-loopback", "--hang-after"}  # fmt: skip
+                             "--network-loopback", "--hang-after",
+                             # the cost ledger's (record: the exporter; report too)
+                             "--price-per-kwh", "--price-per-device-hour",
+                             "--carbon-intensity"}  # fmt: skip
     typed = ["--disk-path", ".", "--open-metrics", "a=http://h/m", "--gpu-ids", "0,GPU-1",
              "--network-loopback", "--interval", "2", "--", "true"]  # fmt: skip
     args = rec.parse_args(typed)
@@ -122,6 +126,19 @@ BAD_ON_THE_COMMAND_LINE = {
     "open_metrics": (
         ["--open-metrics", "gpu=ftp://h/m"],
         ["gpu='ftp://h/m' is invalid: use an http:// or https:// URL"],
+    ),
+    # The cost ledger's prices (tests/test_ledger.py has more).
+    "price_per_kwh": (
+        ["--price-per-kwh", "-1"],
+        ["-1.0 is invalid: it must be a price per kWh, 0 or more"],
+    ),
+    "price_per_device_hour": (
+        ["--price-per-device-hour", "tpu=2"],
+        ["name 'tpu' is invalid: use 'gpu' or 'node'"],
+    ),
+    "carbon_intensity": (
+        ["--carbon-intensity", "9999"],
+        ["9999.0 is invalid: it must be grams of CO2e per kWh, 0 to 2,000"],
     ),
 }
 """A bad value of each option record takes with a value, and the message's possible rests."""
@@ -204,6 +221,12 @@ BAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("run_file", {"run_file": 5}),
     ("run_file", {"run_file": "/"}),
     ("run_file", {"run_file": "/dev/null/r.jsonl"}),  # a folder that cannot be made
+    # The cost ledger's (a callback's, at construction; tests/test_ledger.py has more).
+    ("price_per_kwh", {"price_per_kwh": -1}),
+    ("price_per_kwh", {"price_per_kwh": "0.3"}),
+    ("price_per_device_hour", {"price_per_device_hour": {"tpu": 1.0}}),
+    ("price_per_device_hour", {"price_per_device_hour": {"gpu": math.nan}}),
+    ("carbon_intensity", {"carbon_intensity": 5000}),
 ]
 """Bad values of every option (``open_metrics_headers``: checked by Python's ``dict()``)."""
 

@@ -685,7 +685,8 @@ def test_json_document_schema(recorded: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert not recorded.with_suffix(".html").exists()
-    assert set(doc) == {"schema", "files", "x", "left_out", "findings", "nodes"}
+    assert set(doc) == {"schema", "files", "x", "left_out", "findings", "nodes", "ledger"}
+    assert set(doc["ledger"]) == {"prices", "job", "nodes"}  # tests/test_ledger.py: its figures
     assert doc["left_out"] == []
     assert (doc["schema"], doc["files"], doc["x"]) == (
         "sysmetrics.report/1",

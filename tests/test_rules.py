@@ -24,7 +24,7 @@ def test_the_registry_holds_every_rule_once_in_order() -> None:
     assert CODES == [
         "input-bound", "stall", "slow-steps", "cpu-bound", "single-core", "contention",
         "memory-limit", "gpu-memory-limit", "gpu-throttling", "disk-bound", "swap",
-        "unused-gpu", "straggler-node",
+        "unused-gpu", "memory-creep", "straggler-node",
     ]  # fmt: skip
     assert len(set(CODES)) == len(CODES)
     for rule in REGISTRY:
@@ -34,7 +34,7 @@ def test_the_registry_holds_every_rule_once_in_order() -> None:
         for f in dataclasses.fields(rule.thresholds):
             assert f.metadata.get("help"), (rule.code, f.name)
             assert "unit" in f.metadata, (rule.code, f.name)
-    assert [r.code for r in REGISTRY if not r.live] == ["unused-gpu"]
+    assert [r.code for r in REGISTRY if not r.live] == ["unused-gpu", "memory-creep"]
     assert fd.CROSS_NODE_CODES == ("straggler-node",)
 
 
@@ -70,6 +70,7 @@ def test_findings_carry_their_subjects() -> None:
     assert first("unused-gpu").subject == Subject("gpu", "0")
     assert first("straggler-node").subject == Subject("node", "1")
     assert first("contention").subject == Subject("resource", "cpu")
+    assert first("memory-creep").subject == Subject("resource", "memory")
     assert first("input-bound").subject is None  # about the run (the node's, on several)
     assert first("stall").subject == ("step", "8", "", None)  # a plain tuple too
 

@@ -22,6 +22,7 @@ generated from the registry:
 - :mod:`~sysmetrics.findings.cpu`: ``cpu-bound``, ``single-core``, ``contention``;
 - :mod:`~sysmetrics.findings.machine`: ``memory-limit``, ``gpu-memory-limit``,
   ``gpu-throttling``, ``disk-bound``, ``swap``, ``unused-gpu``;
+- :mod:`~sysmetrics.findings.memory`: ``memory-creep``;
 - :mod:`~sysmetrics.findings.nodes`: ``straggler-node``, across nodes.
 
 A run of several nodes (samples of several nodes: one file they all appended to,
@@ -70,6 +71,13 @@ from sysmetrics.findings.machine import gpu_throttling as gpu_throttling
 from sysmetrics.findings.machine import memory_limit as memory_limit
 from sysmetrics.findings.machine import swap as swap
 from sysmetrics.findings.machine import unused_gpu as unused_gpu
+from sysmetrics.findings.memory import CREEP_MIN_MIB as CREEP_MIN_MIB
+from sysmetrics.findings.memory import CREEP_MIN_RISE as CREEP_MIN_RISE
+from sysmetrics.findings.memory import CREEP_MIN_SAMPLES as CREEP_MIN_SAMPLES
+from sysmetrics.findings.memory import CREEP_STEADY as CREEP_STEADY
+from sysmetrics.findings.memory import CREEP_T as CREEP_T
+from sysmetrics.findings.memory import CREEP_WARMUP_SHARE as CREEP_WARMUP_SHARE
+from sysmetrics.findings.memory import memory_creep as memory_creep
 from sysmetrics.findings.nodes import STRAGGLER_MIN_NODES as STRAGGLER_MIN_NODES
 from sysmetrics.findings.nodes import STRAGGLER_POINTS as STRAGGLER_POINTS
 from sysmetrics.findings.nodes import STRAGGLER_RATIO as STRAGGLER_RATIO

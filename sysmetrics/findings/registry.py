@@ -30,6 +30,7 @@ from sysmetrics.findings.machine import (
     SWAP_RULE,
     UNUSED_GPU_RULE,
 )
+from sysmetrics.findings.memory import MEMORY_CREEP_RULE
 from sysmetrics.findings.nodes import STRAGGLER_RULE
 from sysmetrics.findings.training import INPUT_BOUND_RULE, SLOW_STEPS_RULE, STALL_RULE
 
@@ -46,6 +47,7 @@ REGISTRY: tuple[Rule[Any], ...] = (
     DISK_BOUND_RULE,
     SWAP_RULE,
     UNUSED_GPU_RULE,
+    MEMORY_CREEP_RULE,
     STRAGGLER_RULE,
 )
 """Every rule, in the order their findings are listed (``node`` scope first)."""

@@ -35,6 +35,7 @@ import os
 import sys
 from typing import Any
 
+from sysmetrics import ledger
 from sysmetrics.compare import Comparison
 from sysmetrics.report import comparing, drawing
 from sysmetrics.report import model as model
@@ -188,6 +189,7 @@ def add_parser(subs: Any) -> argparse.ArgumentParser:
         "A) and add the comparison's sentences to the findings (rule baseline)",
     )
     comparing.add_regression_flag(rep)
+    ledger.add_flags(rep)  # the cost ledger's prices, as record takes them
     return rep
 
 
@@ -202,12 +204,15 @@ def report_command(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     baseline = None if args.baseline is None else comparing.side(args.baseline)
     compared: list[Comparison] = []
     try:
+        prices = ledger.prices_of(args)
         if args.json:
             text, written = json_report(
-                args.run, output, args.png, args.x, left_out, baseline, compared
+                args.run, output, args.png, args.x, left_out, baseline, compared, prices
             )
         else:
-            written = write_report(args.run, output, args.png, args.x, left_out, baseline, compared)
+            written = write_report(
+                args.run, output, args.png, args.x, left_out, baseline, compared, prices
+            )
     except (OSError, ValueError, ImportError) as exc:
         for said in left_out:
             print(f"{parser.prog}: {said}", file=sys.stderr)

@@ -25,7 +25,11 @@ version)::
                      "start": number, "ended": bool}, ...],
          "keys": [{"group": str, "key": str, "unit": str, "mean": number,
                    "p95": number, "peak": number,
-                   "total": number | null, "total_unit": str}, ...]}, ...]}
+                   "total": number | null, "total_unit": str}, ...]}, ...],
+     "ledger": {"prices": {...}, "job": {...}, "nodes": [...]}}
+                                            the cost ledger: energy, money, gCO2e per
+                                            run, step, 1,000 samples; parts counted and
+                                            not (sysmetrics.ledger; docs/cost.md)
 
 A ``span`` on the ``time`` axis is in s since the epoch; a stall's ``start`` is s after
 its node's first sample. Every number is finite (JSON has no NaN).

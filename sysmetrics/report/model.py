@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from sysmetrics import ledger as ledger_module
 from sysmetrics.findings import Finding, across_findings, findings, memo, node_findings, view
 from sysmetrics.report import data
 from sysmetrics.report.data import AXES, Axis, Row, Series
@@ -94,6 +95,7 @@ class Page:
     x: str
     across: tuple[Finding, ...]
     nodes: tuple[NodePage, ...]
+    ledger: Optional[ledger_module.Ledger] = None  # the cost ledger (sysmetrics.ledger)
 
     @property
     def single(self) -> bool:
@@ -117,7 +119,17 @@ class Page:
             "left_out": list(self.run.left_out),
             "findings": listed,
             "nodes": [n.to_json() for n in self.nodes],
+            "ledger": None if self.ledger is None else _finite_tree(self.ledger.to_json()),
         }
+
+
+def _finite_tree(value: Any) -> Any:
+    """``value`` with every float that is not finite made None (JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: _finite_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_tree(v) for v in value]
+    return _finite(value) if isinstance(value, float) else value
 
 
 def _finite(value: Optional[float]) -> Optional[float]:
@@ -159,13 +171,14 @@ def build(
     x: str = "step",
     found: Optional[Found] = None,
     all_series: Optional[Sequence[Series]] = None,
+    prices: Optional[ledger_module.Prices] = None,
 ) -> Page:
     """The page of ``run`` read from ``files``, its figures on axis ``x``.
 
     ``found`` is :func:`run_findings` of ``run``, and ``all_series`` (one node only)
     ``series(run)``, where the caller has them; made here otherwise. Each node's series
     are made once, from the view its findings read. Raises ``ValueError`` for an ``x``
-    not in ``AXES``.
+    not in ``AXES``. The cost ledger is made at ``prices`` (none given: energy only).
     """
     if x not in AXES:
         raise ValueError(f"x={x!r} is invalid: use one of {', '.join(AXES)}")
@@ -190,4 +203,8 @@ def build(
                     data.axis(part, x, mine),
                 )
             )
-    return Page(run, tuple(files), x, tuple(across), tuple(pages))
+        costs = ledger_module.ledger(
+            [(n.node if len(nodes) > 1 else None, n.view) for n in pages],
+            prices or ledger_module.Prices(),
+        )
+    return Page(run, tuple(files), x, tuple(across), tuple(pages), costs)

@@ -20,6 +20,7 @@ from typing import Optional
 
 from sysmetrics.compare import Comparison, baseline_findings, compare
 from sysmetrics.findings import CROSS_NODE_CODES, NO_MATCH, Finding
+from sysmetrics.ledger import Prices
 from sysmetrics.report.data import (
     MAX_ROWS,
     MAX_STALLS_SAID,
@@ -278,8 +279,23 @@ def render_page(page: Page, title: str, pngs: dict[str, bytes]) -> str:
             drawn = {g[len(prefix) :]: p for g, p in pngs.items() if g.startswith(prefix)}
             parts.append(f"<h2>{html.escape(_capital(node_label(mine.node)))}</h2>")
             parts += _section(mine, drawn, 3)
+    parts += _ledger_html(page)
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _ledger_html(page: Page) -> list[str]:
+    """The cost ledger's section: where the run has an energy counter or prices were given.
+
+    With prices and no counter, the section says what was not counted (no figure).
+    """
+    costs = page.ledger
+    if costs is None or not (
+        costs.counted or costs.prices.priced or costs.prices.carbon_intensity is not None
+    ):
+        return []
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in costs.lines())
+    return ["<h2>Cost ledger</h2>", f'<ul class="ledger">{items}</ul>']
 
 
 def _slug(group: str) -> str:
@@ -293,6 +309,7 @@ def _read(
     left_out: Optional[list[str]] = None,
     baseline: Optional[Sequence[PathLike]] = None,
     compared: Optional[list[Comparison]] = None,
+    prices: Optional[Prices] = None,
 ) -> Page:
     """The run files' page (:func:`~sysmetrics.report.model.build`); errors as :func:`write_report`.
 
@@ -315,7 +332,7 @@ def _read(
         left_out += run.left_out
     if len(run) == 0:
         raise ValueError(f"{named} has no samples (no line is a run-file record)")
-    page = build(run, paths, x)
+    page = build(run, paths, x, prices=prices)
     if not any(s.present for mine in page.nodes for s in mine.series):
         raise ValueError(f"{named} has no metric values (no finite number)")
     if baseline is not None:  # report --baseline: the comparison's sentences as findings
@@ -372,6 +389,7 @@ def write_report(
     left_out: Optional[list[str]] = None,
     baseline: Optional[Sequence[PathLike]] = None,
     compared: Optional[list[Comparison]] = None,
+    prices: Optional[Prices] = None,
 ) -> list[str]:
     """Read the run file(s) at ``path``; write the page to ``output``, figures to ``png_dir``.
 
@@ -390,7 +408,7 @@ def write_report(
     is missing.
     """
     axis(Run(), x)  # a bad x fails first
-    return _write(_read(path, output, x, left_out, baseline, compared), output, png_dir)
+    return _write(_read(path, output, x, left_out, baseline, compared, prices), output, png_dir)
 
 
 def json_report(
@@ -401,6 +419,7 @@ def json_report(
     left_out: Optional[list[str]] = None,
     baseline: Optional[Sequence[PathLike]] = None,
     compared: Optional[list[Comparison]] = None,
+    prices: Optional[Prices] = None,
 ) -> tuple[str, list[str]]:
     """The JSON document (:mod:`sysmetrics.report.document`) of the run file(s) at ``path``.
 
@@ -409,6 +428,6 @@ def json_report(
     it draws).
     """
     axis(Run(), x)
-    page = _read(path, output, x, left_out, baseline, compared)
+    page = _read(path, output, x, left_out, baseline, compared, prices)
     text = json.dumps(page.to_json(), indent=1, allow_nan=False)
     return text, _write(page, output, png_dir)

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.metrics_core import Metric
 
+    from sysmetrics.ledger import Prices
     from sysmetrics.monitor import SystemMonitor
 
 log = logging.getLogger("sysmetrics")
@@ -112,10 +113,13 @@ class _Series(NamedTuple):
 class _MonitorCollector:
     """prometheus_client custom collector: ``monitor.latest()`` as metric families."""
 
-    def __init__(self, monitor: _Latest, host: str, node: str, run: str) -> None:
+    def __init__(
+        self, monitor: _Latest, host: str, node: str, run: str, prices: Prices | None = None
+    ) -> None:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         self._monitor = monitor
+        self._prices = prices
         self._labels = (host, node, run)
         self._families = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
         self._series: dict[str, _Series | None] = {}  # None: not exported
@@ -174,7 +178,28 @@ class _MonitorCollector:
                 seen.add(series.ident)
             except Exception:
                 self._fault(f"key {key!r} left out of the scrape")
+        if items:
+            self._ledger(
+                {k: float(v) for k, v in items if isinstance(k, str) and type(v) is float
+                 and math.isfinite(v)},
+                families,
+            )  # fmt: skip
         yield from families.values()
+
+    def _ledger(self, latest: dict[str, float], families: dict[str, Any]) -> None:
+        """The cost ledger's series (:func:`sysmetrics.ledger.live_series`) into ``families``."""
+        from sysmetrics import ledger
+
+        try:
+            made, labels = ledger.live_series(latest, self._prices or ledger.Prices())
+            for series in made:
+                family = families[series.name] = self._families[series.kind](
+                    series.name, series.help, labels=(*ledger.LIVE_LABELS, *LABELS),
+                    unit=series.unit,
+                )  # fmt: skip
+                family.add_metric((*labels, *self._labels), series.value)
+        except Exception:
+            self._fault("the cost ledger's series left out of the scrape")
 
     def _step(self) -> float | None:
         """``monitor.step`` as a number; None where it is unknown (or not a number)."""
@@ -531,6 +556,9 @@ class PrometheusExporter:
             other runs on the same nodes: up to 64 letters, digits, ``_ . : -``. By
             default the launcher's job id (the same on every node; see
             :func:`make_run_id`), else one made at start from the time and random hex.
+        prices: the cost ledger's prices (:class:`sysmetrics.ledger.Prices`): with them,
+            the energy's money and gCO2e are served beside its joules
+            (``sysmetrics_energy_*``; see ``docs/cost.md``); the joules alone without.
 
     Attributes:
         port: the port listened on (the one picked, for ``port=0``).
@@ -556,6 +584,7 @@ class PrometheusExporter:
         addr: str = DEFAULT_ADDR,
         node: int | str | None = None,
         run: str | None = None,
+        prices: Prices | None = None,
     ) -> None:
         if not callable(getattr(monitor, "latest", None)):
             raise TypeError(
@@ -578,7 +607,7 @@ class PrometheusExporter:
         self.monitor = monitor
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(
-            _MonitorCollector(monitor, socket.gethostname(), self.node, self.run)
+            _MonitorCollector(monitor, socket.gethostname(), self.node, self.run, prices)
         )
         try:
             self._server = _Server((host, self.port), family)
