@@ -444,7 +444,11 @@ def jupyterlab_run(
     root.mkdir(exist_ok=True)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, root / "panel.ipynb")
     token = secrets.token_hex(16)
     server, base = _lab_server(root, work, token)

@@ -27,7 +27,9 @@ for _module in ("jupyterlab", "ipykernel", "nbformat"):
 
 
 def _screenshots() -> Any:
-    spec = importlib.util.spec_from_file_location("screenshots", ROOT / "scripts" / "screenshots.py")
+    spec = importlib.util.spec_from_file_location(
+        "screenshots", ROOT / "scripts" / "screenshots.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
