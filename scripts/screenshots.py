@@ -15,11 +15,10 @@ what an older version said:
 - ``docs/report-cpu.png``: the CPU figure of the same report (``report --png``);
 - ``docs/tensorboard.png``: TensorBoard's time series of ``examples/lightning_demo.py``
   (the ``make demo`` training), in headless Chromium.
-- ``docs/panel.png``: the live panel and the summary it leaves, as a real Jupyter kernel
-  (nbclient + ipykernel: the test extra) sent them to the notebook while it ran
-  ``%run examples/lightning_demo.py``: the kernel's HTML outputs, shown under the cell's
-  code in a page of their own in headless Chromium (not JupyterLab's own window: the
-  test extra has no notebook server);
+- ``docs/panel.png``: the live panel in JupyterLab itself (the ``test`` extra has it),
+  served on 127.0.0.1 and driven in headless Chromium (:func:`jupyterlab_run`): the
+  notebook runs ``%run examples/lightning_demo.py`` and the page is captured
+  while it trains; ``tests/test_panel_jupyterlab.py`` runs the same driver;
 - ``docs/top.png``: ``sysmetrics top`` in a real pseudo-terminal following the run file
   of a ``sysmetrics record`` of ``examples/plain_loop.py`` being written: the screen's
   last frame before the recording ended, shown as text in headless Chromium.
