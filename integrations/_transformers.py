@@ -5,12 +5,14 @@ reporters (``report_to``) before the user's callbacks, its console printer
 (``ProgressCallback``, or ``PrinterCallback`` with ``disable_tqdm``) after them, and it
 does not give a callback that list. These helpers find the list (through the calling
 frame), for the callback to move itself to its front, and give the console printers the
-logs without our keys. The
+logs without our keys (the notebook's progress table, with ``console=True``, the short
+keys as columns). The
 attributes read have the same meaning from transformers 4.40 to 5.x.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
@@ -20,6 +22,7 @@ from transformers.trainer_callback import CallbackHandler, PrinterCallback, Prog
 from transformers.utils import logging as hf_logging
 
 from sysmetrics.callback import calling_frame
+from sysmetrics.console_view import CONSOLE_KEYS
 
 
 def callback_handler() -> tuple[Any, FrameType] | None:
@@ -44,6 +47,10 @@ def filter_console(
     """
     wrapped: list[Any] = []
     for cb in handler.callbacks:
+        if _notebook_table(cb) and "on_log" not in vars(cb):
+            _show_in_table(cb, view)
+            wrapped.append(cb)
+            continue
         if not isinstance(cb, (ProgressCallback, PrinterCallback)) or "on_log" in vars(cb):
             continue
 
@@ -63,8 +70,67 @@ def filter_console(
     def undo() -> None:
         for cb in wrapped:
             vars(cb).pop("on_log", None)
+            vars(cb).pop("on_evaluate", None)
 
     return undo
+
+
+def _notebook_table(cb: Any) -> bool:
+    """Whether ``cb`` is transformers' notebook printer (``NotebookProgressCallback``).
+
+    Its module imports IPython, so it is looked up only where the Trainer imported it.
+    """
+    notebook = sys.modules.get("transformers.utils.notebook")
+    table = getattr(notebook, "NotebookProgressCallback", None)
+    return table is not None and isinstance(cb, table)
+
+
+def _show_in_table(cb: Any, view: Callable[[Mapping[str, Any]], dict[str, Any]]) -> None:
+    """Give the notebook's progress table the console's short keys, as columns of its rows.
+
+    ``NotebookProgressCallback`` writes a row of ``Step | Training Loss`` per training
+    log (with evaluation: per evaluation, ``Validation Loss`` too) and ignores any other
+    key, so with ``console=True`` the short keys ``view(logs)`` adds are written into the
+    row of the same step, after the printer wrote it (its ``write_line`` merges them into
+    that row, a column each); a row of a step they were not measured at gets none.
+    """
+    labels = {c.label for c in CONSOLE_KEYS}
+    latest: dict[str, Any] = {}  # the short keys of the latest log, and its step
+
+    def merge(state: Any) -> None:
+        tracker = getattr(cb, "training_tracker", None)
+        table = getattr(tracker, "inner_table", None)
+        step = state.global_step
+        if tracker is None or not table or len(table) < 2 or latest.get("Step") != step:
+            return
+        if table[0][0] != "Step" or table[-1][0] != step:
+            return  # no row of this step (the table's rows are epochs, or not written yet)
+        tracker.write_line(dict(latest))
+
+    def on_log(
+        args: Any, state: Any, control: Any, logs: Any = None, _hook: Any = cb.on_log, **kw: Any
+    ) -> Any:
+        if logs is None:
+            return _hook(args, state, control, logs=logs, **kw)
+        shown = view(logs)
+        keys = {k: v for k, v in shown.items() if k in labels and k not in logs}
+        if keys:
+            latest.clear()
+            latest.update(keys, Step=state.global_step)
+        done = _hook(args, state, control, logs=shown, **kw)
+        if keys:
+            merge(state)
+        return done
+
+    def on_evaluate(
+        args: Any, state: Any, control: Any, _hook: Any = cb.on_evaluate, **kw: Any
+    ) -> Any:
+        done = _hook(args, state, control, **kw)
+        merge(state)  # the evaluation's row, at the step of the latest log
+        return done
+
+    cb.on_log = on_log  # on this instance only
+    cb.on_evaluate = on_evaluate
 
 
 def samples_per_step(trainer: Any, args: Any, state: Any) -> float:

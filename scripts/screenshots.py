@@ -15,11 +15,10 @@ what an older version said:
 - ``docs/report-cpu.png``: the CPU figure of the same report (``report --png``);
 - ``docs/tensorboard.png``: TensorBoard's time series of ``examples/lightning_demo.py``
   (the ``make demo`` training), in headless Chromium.
-- ``docs/panel.png``: the live panel and the summary it leaves, as a real Jupyter kernel
-  (nbclient + ipykernel: the test extra) sent them to the notebook while it ran
-  ``%run examples/lightning_demo.py``: the kernel's HTML outputs, shown under the cell's
-  code in a page of their own in headless Chromium (not JupyterLab's own window: the
-  test extra has no notebook server);
+- ``docs/panel.png``: the live panel in JupyterLab itself (the ``test`` extra has it),
+  served on 127.0.0.1 and driven in headless Chromium (:func:`jupyterlab_run`): the
+  notebook runs ``%run examples/lightning_demo.py`` and the page is captured
+  while it trains; ``tests/test_panel_jupyterlab.py`` runs the same driver;
 - ``docs/top.png``: ``sysmetrics top`` in a real pseudo-terminal following the run file
   of a ``sysmetrics record`` of ``examples/plain_loop.py`` being written: the screen's
   last frame before the recording ended, shown as text in headless Chromium.
@@ -41,6 +40,7 @@ import base64
 import importlib.util
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -59,6 +59,7 @@ MAX_HEIGHT = 2000  # px: the page's top (findings, summary, the first figures)
 TENSORBOARD_SIZE = (1600, 1060)  # px
 TENSORBOARD_TAGS = "^(train_loss|system/cpu|system/proc.memory.pssMB|system/proc.cpu.threads)$"
 COMMAND_TIMEOUT = 600  # s for one run or one browser
+CALL_TIMEOUT = 60.0  # s the browser gets to answer one DevTools command
 READY_TIMEOUT = 120.0  # s a page that draws after loading gets to draw
 SETTLE = 2.0  # s after it says it is ready
 BROWSER_FLAGS = [  # no network, no first-run work, no sandbox (root under CI)
@@ -177,6 +178,9 @@ class _DevTools:
         os.write(self._to_browser, json.dumps(message).encode() + b"\0")
         while True:
             while b"\0" not in self._buffer:
+                ready, _, _ = select.select([self._from_browser], [], [], CALL_TIMEOUT)
+                if not ready:
+                    raise SystemExit(f"the browser did not answer {method} within {CALL_TIMEOUT} s")
                 chunk = os.read(self._from_browser, 1 << 20)
                 if not chunk:
                     raise SystemExit(f"the browser ended during {method}")
@@ -324,56 +328,237 @@ def tensorboard_picture(docs: Path, browser: str | None, work: Path) -> None:
         server.wait(timeout=10)
 
 
+LAB_TIMEOUT = 300.0  # s for each wait of a JupyterLab run: the server, the page, the cell
+LAB_POLL = 0.25  # s between two reads of the page while the notebook runs
+# The panel's text in the page (its <pre>), in the notebook's outputs, in order.
+_PANEL_TEXTS_JS = (
+    "Array.from(document.querySelectorAll('.jp-OutputArea-output pre.sysmetrics-panel'))"
+    ".map(e => e.innerText)"
+)
+# The notebook open in JupyterLab, its kernel connected and idle (window.jupyterapp:
+# expose_app_in_browser).
+_LAB_IDLE_JS = """(() => {
+  const app = window.jupyterapp, w = app && app.shell.currentWidget;
+  const ctx = w && w.sessionContext, kernel = ctx && ctx.session && ctx.session.kernel;
+  return !!(kernel && kernel.connectionStatus === 'connected'
+            && ctx.kernelDisplayStatus === 'idle' && w.content && w.content.widgets.length);
+})()"""
+# Every cell of the notebook has run (each has its execution count) and the kernel is idle.
+_LAB_DONE_JS = """(() => {
+  const w = window.jupyterapp.shell.currentWidget, ctx = w.sessionContext;
+  return ctx.kernelDisplayStatus === 'idle' && w.content.widgets.every(
+    c => c.model.type !== 'code' || c.model.executionCount !== null);
+})()"""
+# Where JupyterLab keeps its settings: no news, no update check, no popup on the picture.
+_LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+}
+
+
+class LabRun:
+    """What a notebook run in JupyterLab in headless Chromium showed (:func:`jupyterlab_run`).
+
+    Attributes:
+        live: the panel's distinct texts seen in the page while the cells ran, in order
+            (read every ``LAB_POLL`` s; the summary not among them).
+        shot: the panel's text in the page when the screenshot was taken.
+        final: the panel's text once every cell had run (the summary).
+        saved: the notebook as JupyterLab saved it afterwards (nbformat JSON).
+        most: the most panels the page showed at once (1: each redraw in place).
+
+    """
+
+    def __init__(self) -> None:
+        self.most = 0
+        self.live: list[str] = []
+        self.shot = ""
+        self.final = ""
+        self.saved: dict[str, Any] = {}
+
+
+def _lab_server(root: Path, work: Path, token: str) -> tuple[subprocess.Popen[bytes], str]:
+    """JupyterLab on 127.0.0.1 (a free port, ``token``), serving ``root``; its base URL."""
+    port = _free_port()
+    settings = work / "lab-settings"
+    for name, values in _LAB_SETTINGS.items():
+        path = settings / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values), encoding="utf-8")
+    env = {
+        **_env(),  # the kernel, started by the server, imports this checkout's code
+        "JUPYTERLAB_SETTINGS_DIR": str(settings),
+        "JUPYTERLAB_WORKSPACES_DIR": str(work / "lab-workspaces"),
+        "JUPYTER_CONFIG_DIR": str(work / "jupyter-config"),
+        "JUPYTER_RUNTIME_DIR": str(work / "jupyter-runtime"),
+    }
+    log = open(work / "jupyterlab.log", "wb")  # noqa: SIM115  # the server's, for errors
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+         f"--port={port}", "--port-retries=0", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+         "--LabApp.news_url=None", "--LabApp.extension_manager=readonly", "--allow-root",
+         "--ServerApp.terminals_enabled=False",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    log.close()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + LAB_TIMEOUT
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5):
+                return server, base
+        except OSError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            server.wait(timeout=30)
+            tail = (work / "jupyterlab.log").read_text(errors="replace")[-3000:]
+            raise SystemExit(f"JupyterLab did not start within {LAB_TIMEOUT} s:\n{tail}")
+        time.sleep(0.5)
+
+
+def jupyterlab_run(
+    browser: str, cells: list[str], work: Path, out: Path, size: tuple[int, int], live: int = 2
+) -> LabRun:
+    """Run ``cells`` as a notebook in JupyterLab, in headless Chromium; screenshot the panel.
+
+    JupyterLab is served on 127.0.0.1 (a free port, a random token, ``work`` as its root,
+    settings and runtime folders of its own) with ``expose_app_in_browser``, so the page's
+    ``window.jupyterapp`` runs JupyterLab's own ``notebook:run-all-cells`` command once
+    the kernel is idle. While the cells run, the panel's text is read from the page every
+    ``LAB_POLL`` s; once it has shown ``live`` distinct live texts, the page is captured
+    into ``out`` (PNG, ``size`` px); then the run is waited for (its summary in the page,
+    the kernel idle) and the notebook saved with ``docmanager:save``. Every wait is
+    bounded by ``LAB_TIMEOUT`` s; the server and the browser are ended in every case.
+    """
+    import secrets
+
+    import nbformat
+
+    root = work / "lab"
+    root.mkdir(exist_ok=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, root / "panel.ipynb")
+    token = secrets.token_hex(16)
+    server, base = _lab_server(root, work, token)
+    seen = LabRun()
+    try:
+        profile = tempfile.mkdtemp(prefix="lab-chromium-")
+        try:
+            tools = _DevTools(browser, size, profile)
+            try:
+                target = tools.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+                attach = {"targetId": target, "flatten": True}
+                session = tools.call("Target.attachToTarget", attach)["sessionId"]
+                metrics = {"width": size[0], "height": size[1], "deviceScaleFactor": 1,
+                           "mobile": False}  # fmt: skip
+                tools.call("Emulation.setDeviceMetricsOverride", metrics, session)
+                url = f"{base}/lab/tree/panel.ipynb?reset&token={token}"
+                tools.call("Page.navigate", {"url": url}, session)
+
+                def value(js: str, wait: bool = False) -> Any:
+                    params = {"expression": js, "returnByValue": True, "awaitPromise": wait}
+                    reply = tools.call("Runtime.evaluate", params, session)
+                    if "exceptionDetails" in reply:
+                        raise SystemExit(f"in JupyterLab's page: {reply['exceptionDetails']}")
+                    return reply["result"].get("value")
+
+                def until(what: str, done: Any) -> None:
+                    deadline = time.monotonic() + LAB_TIMEOUT
+                    while not done():
+                        if time.monotonic() > deadline or server.poll() is not None:
+                            raise SystemExit(f"JupyterLab: no {what} within {LAB_TIMEOUT} s")
+                        time.sleep(LAB_POLL)
+
+                until("notebook with an idle kernel", lambda: value(_LAB_IDLE_JS) is True)
+                value("window.jupyterapp.shell.collapseLeft()")  # the notebook alone
+                value("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+                def panel() -> str:
+                    texts = value(_PANEL_TEXTS_JS) or []
+                    seen.most = max(seen.most, len(texts))
+                    text = str(texts[-1]) if texts else ""
+                    drawn = " UTC" in text and "run ended" not in text  # not "waiting"
+                    if drawn and text not in seen.live:
+                        seen.live.append(text)
+                    return text
+
+                def redrawn() -> bool:
+                    ended = "run ended" in panel() or value(_LAB_DONE_JS) is True
+                    if ended and len(seen.live) < live:
+                        raise SystemExit(f"the cells ran with {len(seen.live)} panel redraws")
+                    return len(seen.live) >= live
+
+                until(f"{live} panel redraws", redrawn)
+
+                def captured() -> bool:  # a picture of one text: no redraw while taken
+                    before = panel()
+                    shot = tools.call("Page.captureScreenshot", {"format": "png"}, session)
+                    seen.shot = panel()
+                    out.write_bytes(base64.b64decode(shot["data"]))
+                    return seen.shot == before
+
+                until("screenshot between two redraws", captured)
+                until("summary", lambda: "run ended" in panel())
+                until("end of the cells", lambda: value(_LAB_DONE_JS) is True)
+                seen.final = panel()
+                value("window.jupyterapp.commands.execute('docmanager:save')", wait=True)
+                seen.saved = json.loads((root / "panel.ipynb").read_text(encoding="utf-8"))
+            finally:
+                tools.close()
+        finally:  # the browser may write into its profile as it is killed
+            shutil.rmtree(profile, ignore_errors=True)
+    finally:
+        server.terminate()  # the server shuts its kernels down
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=30)
+    return seen
+
+
 PANEL_WIDTH = 900  # px, the notebook panel's and the terminal's pictures
-_CELL_PAGE = """<!doctype html><meta charset="utf-8"><body style="margin:16px;font:14px sans-serif">
-<pre style="background:#f5f5f5;border:1px solid #ddd;padding:8px;margin:0 0 8px">{code}</pre>
-<div style="color:#666;margin:4px 0">while training:</div>{live}
-<div style="color:#666;margin:12px 0 4px">when it has ended (what the notebook keeps):</div>
-{final}</body>"""
+PANEL_SIZE = (PANEL_WIDTH, 620)  # px, JupyterLab's window for the panel's picture
+PANEL_REDRAWS = 6  # live redraws before the picture: a few bars of the sparklines
 
 
 def panel_picture(docs: Path, browser: str | None, work: Path) -> None:
-    """The panel a real kernel drew while ``%run examples/lightning_demo.py`` trained."""
+    """The panel in JupyterLab while ``%run examples/lightning_demo.py`` trains."""
     if browser is None:
         print("panel.png: skipped, no Chromium (set CHROMIUM, or apt-get install chromium)")
         return
-    if any(importlib.util.find_spec(m) is None for m in ("nbclient", "ipykernel", "nbformat")):
-        print("panel.png: skipped, nbclient, ipykernel or nbformat missing (the test extra)")
+    if any(importlib.util.find_spec(m) is None for m in ("jupyterlab", "ipykernel", "nbformat")):
+        print("panel.png: skipped, jupyterlab, ipykernel or nbformat missing (the test extra)")
         return
-    import html
-
-    import nbclient
-    import nbformat
-
-    code = f"%run {ROOT / 'examples' / 'lightning_demo.py'} {work / 'panel-demo'}"
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(code)]
-    shown: list[str] = []
-
-    class Client(nbclient.NotebookClient):  # type: ignore[misc]
-        def process_message(self, msg: dict[str, Any], cell: Any, index: int) -> Any:
-            html_out = msg.get("content", {}).get("data", {}).get("text/html", "")
-            if "sysmetrics-panel" in html_out:
-                shown.append(html_out)
-            return super().process_message(msg, cell, index)
-
-    saved = dict(os.environ)
-    os.environ.update(_env())
-    try:
-        Client(nb, timeout=COMMAND_TIMEOUT, kernel_name="python3").execute(cwd=str(work))
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    live = [h for h in shown if "run ended" not in h]
-    if len(live) < 2 or "run ended" not in shown[-1]:
-        raise SystemExit(f"the demo's panel was not drawn and updated: {shown[-3:]}")
-    page = work / "panel.html"
-    page.write_text(
-        _CELL_PAGE.format(code=html.escape("%run examples/lightning_demo.py"), live=live[-1],
-                          final=shown[-1]), encoding="utf-8")  # fmt: skip
+    # The checkout as the server's folder would show every file; the demo is run by path.
+    (work / "lab").mkdir(exist_ok=True)  # jupyterlab_run's root: the notebook's folder
+    demo = work / "lab" / "lightning_demo.py"
+    shutil.copyfile(ROOT / "examples" / "lightning_demo.py", demo)
+    # The frameworks' start-up warnings and notes off, as a notebook user would: the cell
+    # shows the panel, not pages of them (both stay in the picture's cell, visible).
+    cell = (
+        "import logging, warnings\n"
+        'warnings.filterwarnings("ignore")\n'
+        "import lightning.pytorch\n"
+        'logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)\n'
+        f"%run {demo.name} demo-logs"
+    )
     shot = work / "panel-full.png"
-    shoot(browser, page.as_uri(), (PANEL_WIDTH, 700), shot)
-    crop(shot, docs / "panel.png", 700)
+    run = jupyterlab_run(browser, [cell], work, shot, PANEL_SIZE, live=PANEL_REDRAWS)
+    if "s/step " not in run.shot or "run ended" not in run.final:
+        raise SystemExit(f"the demo's panel showed no step time or no summary: {run.shot!r}")
+    crop(shot, docs / "panel.png", PANEL_SIZE[1])
     print(docs / "panel.png")
 
 

@@ -520,3 +520,40 @@ def test_a_batch_that_cannot_be_sized_does_not_stop_training(tmp_path: Path) -> 
         trainer.fit(NestedModel(), data)
     assert trainer.global_step == 4
     assert len([w for w in got if "size of a batch" in str(w.message)]) == 1
+
+
+@pytest.mark.parametrize("width", [80, 140])
+def test_rich_progress_bar_holds_the_short_keys_whole(tmp_path: Path, width: int) -> None:
+    """Issue 35: in a terminal, console=True put ~20 keys into Lightning's Rich bar, which
+    wrapped into a column where five read ``system/proc.memo…``. Now the bar holds the
+    short keys alone, none cut: on one line at 140 columns; at 80, where the bar leaves
+    the metrics too little room, Rich wraps them between words, each key and value whole."""
+    import io
+
+    pytest.importorskip("rich", reason="needs rich (the [top] extra)")
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from sysmetrics.console_view import CONSOLE_KEYS
+
+    screen = io.StringIO()
+    kwargs = {"file": screen, "force_terminal": True, "width": width, "color_system": None}
+    bar = RichProgressBar(refresh_rate=1, console_kwargs=kwargs)
+    cb = SystemMetricsCallback(interval=0.02, console=True)
+    trainer = pl.Trainer(
+        max_epochs=1, logger=CSVLogger(tmp_path, name="csv"), callbacks=[cb, bar],
+        enable_checkpointing=False, enable_model_summary=False, accelerator="cpu", devices=1,
+        log_every_n_steps=2,
+    )  # fmt: skip
+    trainer.fit(TinyModel(sleep=0.05), loader())
+    lines = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", screen.getvalue()).splitlines()
+    assert "…" not in "".join(lines) and "system/" not in "".join(lines), lines[-8:]
+    assert all(len(line) <= width for line in lines)
+    # The metrics of the last frame: from its line with "Epoch 0", and, wrapped, the lines
+    # under it (the metrics column, right of the bar).
+    last = max(i for i, line in enumerate(lines) if "Epoch 0" in line and "8/8" in line)
+    frame = " ".join(lines[last : last + 6] if width < 100 else lines[last : last + 1])
+    shown = dict(re.findall(r"([\w/.]+):\s+(-?\d+\.\d+)\b", frame))
+    labels = {c.label for c in CONSOLE_KEYS}
+    assert {"cpu", "s/step"} <= set(shown), frame
+    assert set(shown) <= labels | {"v_num", "train_loss"}, shown
+    assert len(set(shown) & labels) <= 6

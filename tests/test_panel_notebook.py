@@ -218,3 +218,75 @@ def test_no_panel_outside_a_kernel() -> None:
 
     assert "IPython" not in sys.modules or not in_kernel()
     assert not in_kernel()
+
+
+def test_transformers_notebook_table_shows_the_console_keys() -> None:
+    """Issue 35: in a notebook, transformers' progress table (NotebookProgressCallback)
+    showed ``Step | Training Loss`` alone even with ``console=True``; now its rows hold the
+    console's short keys too, at most six, each value whole, and never a logger's key."""
+    pytest.importorskip("transformers", reason="needs the [transformers] extra")
+    import html
+    import re
+
+    from sysmetrics.console_view import CONSOLE_KEYS
+
+    setup = TRANSFORMERS.replace("interval=0.2", "interval=0.2, console=True, panel=False")
+    _, messages = run_notebook(setup, "trainer.train()", timeout=600)
+    assert not [m for m in messages if m["msg_type"] == "error"]
+    tables = [
+        data["text/html"]
+        for m in messages
+        if m["msg_type"] in ("display_data", "update_display_data")
+        and "Training Loss" in (data := m["content"]["data"]).get("text/html", "")
+    ]
+    assert tables, "no progress table: is NotebookProgressCallback not the printer here?"
+    last = tables[-1]
+    header = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", last)]
+    labels = [c.label for c in CONSOLE_KEYS]
+    ours = [h for h in header if h in labels]
+    assert header[:2] == ["Step", "Training Loss"], header
+    assert set(header[2:]) <= set(labels) and 1 <= len(ours) <= 6, header
+    assert {"cpu", "s/step"} <= set(ours), header
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", last, re.S)]
+    rows = [r for r in rows if r]
+    assert len(rows) >= 5, rows  # logging_steps=5 over 96 steps
+    for row in rows:  # each of our cells a whole number (no "…"), or the table's "No Log"
+        for label, cell in zip(header, row):
+            if label in labels:
+                assert cell == "No Log" or re.fullmatch(r"-?\d+(\.\d+)?", cell), (label, cell)
+    assert all(re.fullmatch(r"-?\d+\.\d+", c) for c in rows[-1][2 : 2 + len(ours)]), rows[-1]
+    assert "system/" not in "".join(tables)
+
+
+def test_notebook_table_with_evaluation_holds_the_short_keys_in_its_rows(
+    tmp_path: Path,
+) -> None:
+    """With evaluation, the notebook table's rows are the evaluations' (``Step | Training
+    Loss | Validation Loss``): the short keys go into the row of the step they were
+    logged at. The real Trainer and printer, in this process (IPython draws as text)."""
+    pytest.importorskip("transformers", reason="needs the [transformers] extra")
+    pytest.importorskip("IPython", reason="needs IPython (the [test] extra)")
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    from sysmetrics.console_view import CONSOLE_KEYS
+    from tests.test_transformers import EVAL_STRATEGY, SystemMetricsCallback, train
+
+    tables: list[list[list[Any]]] = []
+
+    class Kept(NotebookProgressCallback):  # type: ignore[misc]
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            tables.append(self.training_tracker.inner_table)  # the table, before it goes
+            super().on_train_end(args, state, control, **kw)
+
+    callback = SystemMetricsCallback(interval=0.02, console=True, panel=False)
+    kept = Kept()
+    train(tmp_path, callback, extra_callbacks=(kept,), logging_steps=4, eval_steps=4,
+          report_to=[], **{EVAL_STRATEGY: "steps"})  # fmt: skip
+    header, *rows = tables[0]
+    labels = [c.label for c in CONSOLE_KEYS]
+    assert header[:3] == ["Step", "Training Loss", "Validation Loss"], header
+    assert "cpu" in header and set(header[3:]) <= set(labels), header
+    assert [row[0] for row in rows] == [4, 8, 12, 16], rows  # one row per evaluation
+    cpu = header.index("cpu")
+    assert all(isinstance(row[cpu], float) for row in rows), rows
+    assert "on_log" not in vars(kept) and "on_evaluate" not in vars(kept)  # unwrapped
