@@ -61,12 +61,9 @@ class StepTotals(NamedTuple):
     seconds: float  # wall-clock seconds those steps took, waits included
     wait: float  # seconds of that spent waiting for the next batch
     samples: float  # samples those steps trained on, whole job; 0.0 where unknown
-    # Seconds of it spent between batches outside the fetch; NaN where the fetch is not
-    # timed (a step file's totals, a clock whose fetch is not :attr:`StepClock.timed`).
-    overhead: float = float("nan")
 
 
-_ZERO = StepTotals(0, 0.0, 0.0, 0.0, 0.0)
+_ZERO = StepTotals(0, 0.0, 0.0, 0.0)
 
 SLOW_MULTIPLE = 3.0  # times: a step over this many times the running median is slow
 MEDIAN_SAMPLES = 3  # samples with steps (after the first) before steps are judged slow
@@ -84,6 +81,9 @@ class StepWindow(NamedTuple):
     since: int  # the longest is of the steps after this many (the reader's last claim)
     longest: float  # s; NaN where unknown (more than one step ended unclaimed)
     slow: int  # steps so far over the clock's ``slow_above``
+    # s: of the totals' seconds, spent between batches outside the fetch; NaN where the
+    # clock's fetch is not :attr:`StepClock.timed`
+    overhead: float = 0.0
 
 
 _NO_WINDOW = StepWindow(_ZERO, 0, float("nan"), 0)
@@ -206,7 +206,6 @@ class StepClock:
                 t.seconds + seconds,
                 t.wait + self._wait,
                 t.samples + self._samples,
-                t.overhead + self._over if self.timed else float("nan"),
             )
             w = self.window
             claimed = self.claimed
@@ -220,7 +219,8 @@ class StepClock:
                 longest = float("nan")
             self._last = seconds
             slow = w.slow + (seconds > self.slow_above)
-            self.window = StepWindow(totals, claimed, longest, slow)
+            over = w.overhead + self._over if self.timed else float("nan")
+            self.window = StepWindow(totals, claimed, longest, slow, over)
         self._wait = self._over = 0.0
         self._samples = 0.0
 
@@ -315,6 +315,7 @@ class StepCollector(BaseCollector):
         self._energy: dict[str, float] = {}  # this tick's energy counters, J
         self._energy_prev: dict[str, float] | None = None  # at the previous emission
         self._slow_prev = 0  # the clock's slow steps at the previous emission
+        self._over_prev = 0.0  # the clock's overhead seconds at the previous emission
         self._judged = False  # whether the clock judged slow steps since then
         self._means: deque[float] = deque(maxlen=MEDIAN_WINDOW)  # step.seconds, the first out
         self._emitted = 0  # samples emitted from this source
@@ -334,6 +335,7 @@ class StepCollector(BaseCollector):
             self._prev = _ZERO
             self._energy_prev = dict(self._energy)
             self._slow_prev, self._judged, self._emitted = 0, False, 0
+            self._over_prev = 0.0
             self._means.clear()
         owner = getattr(source, "__self__", None)
         clock = owner if isinstance(owner, StepClock) else None
@@ -351,9 +353,6 @@ class StepCollector(BaseCollector):
             "step.seconds": seconds / steps,
             "step.dataWaitPercent": 100.0 * (totals.wait - prev.wait) / seconds,
         }
-        overhead = totals.overhead - prev.overhead  # NaN: the fetch is not timed
-        if overhead == overhead:
-            out[OVERHEAD_KEY] = 100.0 * overhead / seconds
         samples = totals.samples - prev.samples
         if samples > 0.0:
             out["step.samplesPerSecond"] = samples / seconds
@@ -373,8 +372,15 @@ class StepCollector(BaseCollector):
     def _slowest(
         self, clock: StepClock, window: StepWindow, prev: StepTotals, out: dict[str, float]
     ) -> None:
-        """Add ``step.maxSeconds`` and ``step.slowPercent``; claim the steps read; judge."""
+        """Add ``step.overheadPercent``, ``step.maxSeconds`` and ``step.slowPercent``.
+
+        Then claim the steps read, and judge slow steps.
+        """
         steps = window.totals.steps - prev.steps
+        overhead = window.overhead - self._over_prev  # NaN: the fetch is not timed
+        self._over_prev = window.overhead
+        if overhead == overhead:
+            out[OVERHEAD_KEY] = 100.0 * overhead / (window.totals.seconds - prev.seconds)
         if window.since == prev.steps and window.longest == window.longest:
             out["step.maxSeconds"] = window.longest
         if self._judged:
