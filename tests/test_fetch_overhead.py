@@ -178,3 +178,24 @@ def test_keras_slow_callback_is_overhead_not_data_wait(tmp_path: Path) -> None:
     loader = DataLoader(data(), batch_size=BATCH, collate_fn=slow_collate)
     model.fit(loader, epochs=1, verbose=0, callbacks=[recorder, slow, cb])
     check(seen, "system/")
+
+
+# ---- the suite's recorded runs -----------------------------------------------------------
+
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "runs"
+
+
+@pytest.mark.parametrize(
+    ("name", "fires"),
+    [("lightning-slow-bar", True), ("transformers-slow-callback", True),
+     ("healthy-lightning-bar", False)],
+)  # fmt: skip
+def test_recorded_runs_name_the_framework_not_the_loader(name: str, fires: bool) -> None:
+    """The suite's recordings read back: the slow bar and callback are framework-overhead."""
+    from sysmetrics.findings import findings, read_run
+
+    said = {f.rule: f.sentence for f in findings(read_run(RECORDED / f"{name}.jsonl"))}
+    assert "input-bound" not in said, said
+    assert ("framework-overhead" in said) is fires, said
+    if fires:
+        assert "outside the batch fetch" in said["framework-overhead"]

@@ -25,6 +25,7 @@ from sysmetrics.runfile import Run
 from .test_live_findings import FedReader, Script
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "runs"  # suite scenarios' runs
 
 
 def live(lines: list[str], start: float) -> tuple[LiveFindings, FedReader]:
@@ -98,8 +99,11 @@ def test_the_cadence_after_the_first_keeps_the_cost_small(
 
 
 def runs() -> Iterable[tuple[str, Path]]:
-    """Recorded and example runs: the docs' real recording, every rule's two examples."""
+    """Recorded and example runs: the docs' real recording, suite scenarios' recordings
+    (``tests/fixtures/runs``), every rule's two examples."""
     yield "report-page", DOCS / "report-page.jsonl"
+    for path in sorted(RECORDED.glob("*.jsonl")):
+        yield path.stem, path
     for rule in REGISTRY:
         for kind in ("fires", "quiet"):
             yield f"{rule.code}-{kind}", example_path(rule.code, kind)  # type: ignore[arg-type]
