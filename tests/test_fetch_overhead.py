@@ -199,3 +199,42 @@ def test_recorded_runs_name_the_framework_not_the_loader(name: str, fires: bool)
     assert ("framework-overhead" in said) is fires, said
     if fires:
         assert "outside the batch fetch" in said["framework-overhead"]
+
+
+# ---- where the fetch cannot be wrapped -----------------------------------------------------
+
+
+def test_without_the_wrapped_attribute_the_callbacks_fall_back_to_the_gap() -> None:
+    """A loop without the attribute (another version): not wrapped, the clock untimed.
+
+    The clock then counts all the time between the hooks as waiting, as before, and
+    writes no ``step.overheadPercent`` (the docs say so).
+    """
+    pytest.importorskip("lightning.pytorch", reason="needs the [lightning] extra")
+    pytest.importorskip("transformers", reason="needs the [transformers] extra")
+    from sysmetrics.integrations import _lightning, _transformers
+    from sysmetrics.steptime import StepClock, StepCollector
+
+    class Loop:  # a fit loop whose epoch loop has no fetch hooks
+        epoch_loop = object()
+
+    class Trainer:
+        fit_loop = Loop()
+
+    clock = StepClock()
+    assert _lightning.time_fetch(Trainer(), clock) is None  # type: ignore[arg-type]
+    assert _transformers.time_fetch(object(), clock) is None
+    assert not clock.timed
+    ticks = [0.0]
+    clock = StepClock(lambda: ticks[0])
+    read = clock.read
+    collector = StepCollector(lambda: read)
+    clock.restart()
+    for _ in range(3):
+        ticks[0] += 0.05  # between the hooks: a fetch and a slow callback, told apart by none
+        clock.begin()
+        ticks[0] += 0.05
+        clock.end()
+    out = collector.sample()
+    assert out["step.dataWaitPercent"] == pytest.approx(50.0)
+    assert "step.overheadPercent" not in out
