@@ -118,7 +118,8 @@ class SystemMetricsCallback(RunResults, TrainerCallback):
         )
         # The loop's fetch of each batch, timed on this run's clock: the wait for data
         # apart from the rest of the time between the step hooks (callbacks, logging, ...).
-        untime = _transformers.time_fetch(self._trainer, self.core.clock) if self._trainer else None
+        trainer, clock = self._trainer, self.core.clock
+        untime = _transformers.time_fetch(trainer, clock) if trainer is not None else None
         if untime is not None:
             undo.append(untime)
 
