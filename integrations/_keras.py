@@ -19,6 +19,7 @@ import keras
 from keras.callbacks import CallbackList, ProgbarLogger
 
 from sysmetrics.callback import calling_frame
+from sysmetrics.steptime import StepClock, TimedIterator
 
 # With ``steps_per_execution=k`` (JAX, TensorFlow) ``fit`` calls ``on_train_batch_end``
 # once per k batches, passing the index of the first batch of the k before Keras 3.11 and
@@ -146,3 +147,33 @@ def say(line: str) -> None:
         print(line, flush=True)
         return
     print_msg(line)
+
+
+def time_fetch(fit_frame: FrameType, clock: StepClock) -> Callable[[], None] | None:
+    """Time ``fit``'s fetch of each batch on ``clock`` (``clock.fetched``).
+
+    ``fit``'s local ``epoch_iterator`` (an ``EpochIterator``, Keras 3.0 to 3.15) makes
+    each epoch's iterator over the data with its ``_get_iterator()`` and calls ``next()``
+    on it: between the batch hooks with the torch backend, inside the train function
+    with JAX (both are waiting for data to the clock). Wrapping that method on this
+    instance makes it a :class:`~sysmetrics.steptime.TimedIterator`. Not with
+    TensorFlow, whose train function consumes a ``tf.data`` iterator in a graph.
+
+    Returns:
+        A function that removes the wrapper; None where it cannot be installed (the
+        callback then measures the time between the batch hooks, as the docs say).
+
+    """
+    if keras.backend.backend() not in ("torch", "jax"):
+        return None
+    epochs: Any = fit_frame.f_locals.get("epoch_iterator")
+    original = getattr(epochs, "_get_iterator", None)
+    if not callable(original) or "_get_iterator" in vars(epochs):
+        return None
+
+    def _get_iterator() -> Any:
+        return TimedIterator(iter(original()), clock)
+
+    epochs._get_iterator = _get_iterator
+    clock.timed = True
+    return lambda: vars(epochs).pop("_get_iterator", None)

@@ -13,6 +13,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from sysmetrics.steptime import FetchTimer, StepClock
+
 
 def logged_step(trainer: pl.Trainer) -> int:
     """The step the trainer's loggers get for training metrics logged now.
@@ -101,3 +103,42 @@ def say(line: str) -> None:
     configured logging; the callers call this on global rank 0 only.
     """
     logging.getLogger("lightning.pytorch").info(line)
+
+
+def time_fetch(trainer: pl.Trainer, clock: StepClock) -> Callable[[], None] | None:
+    """Time the fit loop's fetch of each training batch on ``clock`` (``clock.fetched``).
+
+    Lightning's data fetcher (``_DataFetcher.__next__``, also its prefetch and the
+    ``dataloader_iter`` one) calls ``_start_profiler()`` and ``_stop_profiler()`` right
+    around ``next()`` on the train dataloader's iterator; ``_TrainingEpochLoop.on_run_start``
+    sets them to the epoch loop's ``_on_before_fetch`` and ``_on_after_fetch`` at each
+    epoch's start. Wrapping those two on this trainer's epoch loop instance (Lightning 2.0
+    to 2.6) times exactly the fetch, whichever fetcher the loop uses.
+
+    Returns:
+        A function that removes the wrappers; None where the attributes are missing (the
+        callback then measures the time between the batch hooks, as the docs say).
+
+    """
+    loop: Any = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    before, after = (getattr(loop, name, None) for name in ("_on_before_fetch", "_on_after_fetch"))
+    if not callable(before) or not callable(after) or "_on_before_fetch" in vars(loop):
+        return None
+    timer = FetchTimer(clock)
+
+    def on_before_fetch() -> None:
+        before()
+        timer.before()
+
+    def on_after_fetch() -> None:
+        timer.after()
+        after()
+
+    loop._on_before_fetch, loop._on_after_fetch = on_before_fetch, on_after_fetch
+    clock.timed = True
+
+    def undo() -> None:
+        vars(loop).pop("_on_before_fetch", None)
+        vars(loop).pop("_on_after_fetch", None)
+
+    return undo

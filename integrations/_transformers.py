@@ -23,6 +23,7 @@ from transformers.utils import logging as hf_logging
 
 from sysmetrics.callback import calling_frame
 from sysmetrics.console_view import CONSOLE_KEYS
+from sysmetrics.steptime import StepClock, TimedIterator
 
 
 def callback_handler() -> tuple[Any, FrameType] | None:
@@ -160,3 +161,39 @@ def say(line: str) -> None:
     raised the verbosity).
     """
     hf_logging.get_logger("transformers.trainer").warning(line)
+
+
+def time_fetch(trainer: Any, clock: StepClock) -> Callable[[], None] | None:
+    """Time the training loop's fetch of each batch on ``clock`` (``clock.fetched``).
+
+    The Trainer's loop fetches each optimizer step's micro-batches with
+    ``self.get_batch_samples(epoch_iterator, num_batches, ...)`` (transformers 4.46 to
+    5.x), ``epoch_iterator`` being ``iter()`` of the train dataloader for the epoch.
+    Wrapping that method on this Trainer instance hands it a
+    :class:`~sysmetrics.steptime.TimedIterator` over the same iterator (one per epoch),
+    so each ``next()`` is timed and nothing else of the method (counting the items of
+    the batches) is.
+
+    Returns:
+        A function that removes the wrapper; None where the Trainer has no such method
+        (the callback then measures the time between the step hooks, as the docs say).
+
+    """
+    original = getattr(trainer, "get_batch_samples", None)
+    if not callable(original) or "get_batch_samples" in vars(trainer):
+        return None
+    timed: list[Any] = [None, None]  # the epoch's iterator, its timed wrapper
+
+    def get_batch_samples(epoch_iterator: Any, *args: Any, **kwargs: Any) -> Any:
+        if epoch_iterator is not timed[0]:
+            timed[:] = epoch_iterator, TimedIterator(epoch_iterator, clock)
+        return original(timed[1], *args, **kwargs)
+
+    trainer.get_batch_samples = get_batch_samples
+    clock.timed = True
+
+    def undo() -> None:
+        vars(trainer).pop("get_batch_samples", None)
+        timed[:] = None, None
+
+    return undo

@@ -38,8 +38,10 @@ class SystemMetricsCallback(RunResults, keras.callbacks.Callback):  # type: igno
     Keys: every key of :class:`sysmetrics.SystemMonitor`, after ``prefix``, and the
     ``step.*`` keys (:mod:`sysmetrics.steptime`) from its hooks: a step from
     ``on_train_batch_begin`` to ``on_train_batch_end`` (with the optimizer's
-    ``gradient_accumulation_steps``, to the batch that applies the update), waiting in
-    between; the samples are the batch size ``fit`` uses, where its data adapter knows it.
+    ``gradient_accumulation_steps``, to the batch that applies the update); ``fit``'s
+    fetch of each batch (timed by wrapping its epoch iterator's, torch and JAX backends)
+    is waiting for data and the rest of the time between the hooks overhead; the samples
+    are the batch size ``fit`` uses, where its data adapter knows it.
 
     Args:
         **options: the callback's options and :class:`sysmetrics.SystemMonitor`'s, each
@@ -88,8 +90,17 @@ class SystemMetricsCallback(RunResults, keras.callbacks.Callback):  # type: igno
             callbacks, fit_frame = found
             self._sizes = _keras.BatchSizes(fit_frame, self._steps)
             move_to_front(callbacks.callbacks, self)
-            undo = _keras.filter_progress_bars(callbacks, self.core.console_logs)
-            self.core.start(watch=fit_frame, cleanup=undo, step=1, say=_keras.say)
+            undo = [_keras.filter_progress_bars(callbacks, self.core.console_logs)]
+
+            def cleanup() -> None:
+                for u in undo:
+                    u()
+
+            self.core.start(watch=fit_frame, cleanup=cleanup, step=1, say=_keras.say)
+            # fit's fetch of each batch, timed on this run's clock: the wait for data apart
+            # from the rest of the time between the batch hooks (other callbacks, ...).
+            if (untime := _keras.time_fetch(fit_frame, self.core.clock)) is not None:
+                undo.append(untime)
         # Batch points start a new window of the run's reader each time; the epoch values
         # come from a reader of their own, so they cover the whole epoch and keep its peak.
         step = self.core.logging_interval == "step"

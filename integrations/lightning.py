@@ -36,8 +36,10 @@ class SystemMetricsCallback(RunResults, Callback):
     ``disk./.usagePercent``, ...; see the README's table), after ``prefix`` joined with
     each logger's ``group_separator``, and the ``step.*`` keys (:mod:`sysmetrics.steptime`)
     from its hooks: a step from ``on_train_batch_start`` to ``on_train_batch_end`` (with
-    ``accumulate_grad_batches``, to the batch that closes the optimizer step), waiting
-    in between; the samples are each batch's size x ``trainer.world_size``.
+    ``accumulate_grad_batches``, to the batch that closes the optimizer step); of the time
+    in between, the fit loop's fetch of the batch (timed by wrapping its data fetcher's
+    hooks) is waiting for data and the rest (the progress bar, other callbacks, logging)
+    overhead; the samples are each batch's size x ``trainer.world_size``.
 
     In distributed training the local rank 0 of each node samples the whole job on its
     node (every local rank's process tree, learned with one all-gather at train start),
@@ -103,6 +105,10 @@ class SystemMetricsCallback(RunResults, Callback):
             step=_lightning.logged_step(trainer),
             say=_lightning.say if trainer.is_global_zero else None,
         )
+        # The loop's fetch of each batch, timed on this run's clock: the wait for data
+        # apart from the rest of the time between the batch hooks (the progress bar, ...).
+        if (untime := _lightning.time_fetch(trainer, self.core.clock)) is not None:
+            undo.append(untime)
 
     @override
     def on_train_batch_start(

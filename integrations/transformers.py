@@ -48,8 +48,10 @@ class SystemMetricsCallback(RunResults, TrainerCallback):
 
     Keys: every key of :class:`sysmetrics.SystemMonitor`, after ``prefix``, and the
     ``step.*`` keys (:mod:`sysmetrics.steptime`) from its hooks: an optimizer step from
-    ``on_step_begin`` to ``on_step_end``, waiting in between (the Trainer fetches the
-    step's micro-batches there); the samples are the Trainer's total train batch size.
+    ``on_step_begin`` to ``on_step_end``; of the time in between, the Trainer's fetch of
+    the step's micro-batches (timed by wrapping its ``get_batch_samples``) is waiting for
+    data and the rest (other callbacks, logging, saving) overhead; the samples are the
+    Trainer's total train batch size.
 
     Args:
         **options: the callback's options and :class:`sysmetrics.SystemMonitor`'s, each
@@ -99,12 +101,12 @@ class SystemMetricsCallback(RunResults, TrainerCallback):
         move_to_front(handler.callbacks, self)
         self._trainer = _transformers.trainer_of(loop_frame)
         self._samples = _transformers.samples_per_step(self._trainer, args, state)
-        undo = _transformers.filter_console(handler, self.core.console_logs)
+        undo = [_transformers.filter_console(handler, self.core.console_logs)]
 
         def cleanup() -> None:
             self._trainer = None
-            if undo is not None:
-                undo()
+            for u in undo:
+                u()
 
         self.core.start(
             sample=sample,
@@ -114,14 +116,21 @@ class SystemMetricsCallback(RunResults, TrainerCallback):
             step=state.global_step + 1,  # the first step's, as on_step_begin stamps it
             say=_transformers.say if state.is_world_process_zero else None,
         )
+        # The loop's fetch of each batch, timed on this run's clock: the wait for data
+        # apart from the rest of the time between the step hooks (callbacks, logging, ...).
+        trainer, clock = self._trainer, self.core.clock
+        untime = _transformers.time_fetch(trainer, clock) if trainer is not None else None
+        if untime is not None:
+            undo.append(untime)
 
     def on_step_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         # The step this step's loss is logged at, for the run file's samples.
         self.core.set_step(state.global_step + 1)
-        # Since the previous step's end: its logging, saving, and the fetch of every
-        # micro-batch of this step (the Trainer fetches them all before this hook).
+        # Since the previous step's end: its logging, saving, other callbacks, and the
+        # fetch of every micro-batch of this step (the Trainer fetches them all before
+        # this hook; timed apart where time_fetch wrapped it).
         self.core.clock.begin()
 
     def on_epoch_begin(

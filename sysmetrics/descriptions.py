@@ -205,9 +205,13 @@ DESCRIPTIONS: tuple[Description, ...] = (
                 "Wall-clock seconds per optimizer step, waits included (mean over the steps "
                 "completed in the window)", "training_step_seconds", weight="steps"),
     Description("step.dataWaitPercent", "%", "gauge",
-                "% of step time spent between steps waiting for the next batch (fetch and the "
-                "framework's work between batches)", "training_data_wait_percent",
+                "% of step time spent waiting for the next batch: the loop's fetch where the "
+                "callback times it, else all the time between steps", "training_data_wait_percent",
                 weight="step_seconds"),
+    Description("step.overheadPercent", "%", "gauge",
+                "% of step time spent between steps outside the batch fetch (other callbacks, "
+                "the progress bar, logging; callbacks that time the fetch only)",
+                "training_overhead_percent", weight="step_seconds"),
     Description("step.samplesPerSecond", "samples/s", "gauge",
                 "Training samples per second over the whole job (all ranks), where the batch "
                 "size is known", "training_samples_per_second",

@@ -220,9 +220,20 @@ STEPS = Table(
         SourceRow(
             ("step.dataWaitPercent",),
             (
-                " of that time spent between batches: from the end of one batch's hooks to the "
-                "start of the next (the batch fetch plus the framework's own work between "
-                "batches; with gradient accumulation, every micro-batch's wait), 0..100"
+                " of that time spent waiting for the next batch, 0..100: the training loop's "
+                "fetch of each batch where the callback times it (it wraps the framework's "
+                "train dataloader iterator: Lightning, transformers 4.46+, Keras 3 with the "
+                "torch or JAX backend), else all the time from the end of one batch's hooks "
+                "to the start of the next; with gradient accumulation, every micro-batch's"
+            ),
+            ("as above, and the timed `next()` on the loop's batch iterator",),
+        ),
+        SourceRow(
+            ("step.overheadPercent",),
+            (
+                " of that time spent between batches outside the fetch, 0..100: from the end "
+                "of one batch's hooks to the start of the next, less the fetch in it (other "
+                "callbacks, the progress bar, logging); only where the fetch is timed"
             ),
             ("as above",),
         ),

@@ -3,9 +3,12 @@
 :class:`LiveFindings` keeps a buffering reader of a monitor, keeps its samples in a
 bounded store of columns (:class:`_Store`) on a daemon thread of its own
 (``sysmetrics-findings``), runs :func:`sysmetrics.findings.findings` over a
-:class:`~sysmetrics.runfile.Run` built afresh from the store every ``LIVE_EVERY`` s (no
-sooner than ``LIVE_FIRST`` s after it started, and never more often than
-``LIVE_COST_RATIO`` times the previous evaluation's CPU time) and once more when closed,
+:class:`~sysmetrics.runfile.Run` built afresh from the store: first as soon as there is
+enough evidence (the samples span ``LIVE_MIN_STEPS`` steps and ``LIVE_MIN_SECONDS`` s),
+or ``LIVE_FIRST`` s after it started where that comes first (a run without steps), then
+every ``LIVE_EVERY`` s, but never sooner than ``LIVE_COST_RATIO`` times the previous
+evaluation's CPU time after it (at most 1 % of one core on average), and once more when
+closed,
 and says each finding once per run, in one line (``sysmetrics: `` and the finding's
 sentence), through the ``say`` it is given: the framework's own logging in the
 callbacks, standard error under ``sysmetrics record``.
@@ -47,7 +50,7 @@ to 0.46; ``benchmarks/live_findings.py``, ``docs/performance.md``).
 It does so through a profile function of its own thread (``sys.setprofile`` there only;
 the process's switch interval and the other threads are untouched), which makes an
 evaluation cost about 5x its CPU time (a 24 h store of 60 keys: about 1.2 s, over about
-a minute); with ``LIVE_COST_RATIO`` that is at most about 2 % of one core on average.
+a minute); with ``LIVE_COST_RATIO`` that is at most about 1 % of one core on average.
 Once :meth:`close` is called the function removes itself, so an evaluation under way
 ends at full speed. An evaluation that takes more than ``LIVE_BUDGET`` s of the thread's
 CPU time is stopped, and the announcing with it, with one
@@ -80,9 +83,11 @@ from sysmetrics.weights import row_weights
 if TYPE_CHECKING:
     from sysmetrics.findings import Finding
 
-LIVE_EVERY = 30.0  # s between two evaluations of the rules
-LIVE_FIRST = 20.0  # s after the start before the first one
-LIVE_COST_RATIO = 50.0  # the next evaluation waits at least this many times the last's CPU s
+LIVE_EVERY = 10.0  # s between two evaluations of the rules at least ...
+LIVE_COST_RATIO = 100.0  # ... and this many times the last one's CPU s: 1 % of a core
+LIVE_MIN_STEPS = 30  # steps the samples span and ...
+LIVE_MIN_SECONDS = 10.0  # ... s they span: enough evidence for the first evaluation ...
+LIVE_FIRST = 20.0  # ... else this many s after the start (a run without steps)
 LIVE_MAX_VALUES = 400_000  # rows times keys kept at most (8 bytes a value: about 3 MiB)
 LIVE_MAX_ROWS = 20_000  # rows kept at most; beyond either bound the older half is folded
 LIVE_MAX_KEYS = 1_000  # distinct keys kept at most; a new key beyond it is not kept
@@ -159,6 +164,9 @@ class _Store:
         self.columns: dict[str, _Column] = {}
         self.samples = 0
         self.refused: Optional[str] = None  # the first key not kept (beyond LIVE_MAX_KEYS)
+        self.first_step: Optional[int] = None  # the first sample's step with one
+        self.last_step: Optional[int] = None  # the latest sample's step with one
+        self.since = _NAN  # the first sample's monotonic clock, s
 
     @property
     def rows(self) -> int:
@@ -205,11 +213,29 @@ class _Store:
         self.time.append(_finite(sample.time))
         self.monotonic.append(_finite(sample.monotonic))
         step = sample.step
-        self.step.append(step if type(step) is int and _NO_STEP < step < 2**63 else _NO_STEP)
+        if type(step) is int and _NO_STEP < step < 2**63:
+            self.step.append(step)
+            self.last_step = step
+            if self.first_step is None:
+                self.first_step = step
+        else:
+            self.step.append(_NO_STEP)
+        if self.since != self.since:
+            self.since = self.monotonic[-1]
         self.weight.append(1.0)
         self.samples += 1
         if room and self.full():
             self.make_room()
+
+    def evidence(self) -> bool:
+        """Whether the samples span ``LIVE_MIN_STEPS`` steps and ``LIVE_MIN_SECONDS`` s."""
+        first, last = self.first_step, self.last_step
+        return (
+            first is not None
+            and last is not None
+            and last - first >= LIVE_MIN_STEPS
+            and self.monotonic[-1] - self.since >= LIVE_MIN_SECONDS
+        )
 
     def full(self) -> bool:
         """Whether the store is past a bound: ``LIVE_MAX_ROWS``, ``LIVE_MAX_VALUES``."""
@@ -411,7 +437,8 @@ class LiveFindings:
         monitor: the monitor whose samples the rules read (a reader of its own).
         say: called with each line, on this object's thread (or in :meth:`close`).
         every: seconds between two evaluations (None: ``LIVE_EVERY``, read then).
-        first: seconds before the first evaluation (None: ``LIVE_FIRST``, read then).
+        first: seconds before the first evaluation at the latest (None: ``LIVE_FIRST``,
+            read then); it comes sooner where the samples hold enough evidence.
 
     """
 
@@ -435,7 +462,11 @@ class LiveFindings:
         self._failed = False
         self._refused_told = False
         self._throttle = _Throttle(self._stop)  # the thread's (see the module's "Cost")
-        self._next = time.monotonic() + (LIVE_FIRST if first is None else first)
+        self._start = time.monotonic()
+        self._first = LIVE_FIRST if first is None else first
+        self._next: Optional[float] = None  # the next evaluation's time; None: the first's
+        self.evaluations = 0  # evaluations run (close()'s included)
+        self.cost = 0.0  # s: the thread's CPU time the latest evaluation took
         self._thread = threading.Thread(target=self._loop, name="sysmetrics-findings", daemon=True)
 
     @property
@@ -467,12 +498,26 @@ class LiveFindings:
         throttle = self._throttle
         while not self._stop.is_set():
             self._reader.wait(1.0)
-            self._take(throttle)
-            if time.monotonic() >= self._next:
-                began = time.thread_time()
-                self._evaluate(throttle)
-                cost = time.thread_time() - began
-                self._next = time.monotonic() + max(self._every, LIVE_COST_RATIO * cost)
+            self._tick(time.monotonic(), throttle)
+
+    def _tick(self, now: float, throttle: Optional[_Throttle] = None) -> None:
+        """Take the new samples; evaluate if one is due at ``now`` (monotonic s).
+
+        The first evaluation is due once the store holds enough evidence
+        (:meth:`_Store.evidence`) or ``first`` s after the start; each next one ``every``
+        s after the previous, and no sooner than ``LIVE_COST_RATIO`` times its CPU time.
+        """
+        self._take(throttle)
+        due = self._next
+        if due is None:
+            if not (now >= self._start + self._first or self._store.evidence()):
+                return
+        elif now < due:
+            return
+        began = time.thread_time()
+        self._evaluate(throttle)
+        self.cost = time.thread_time() - began
+        self._next = now + max(self._every, LIVE_COST_RATIO * self.cost)
 
     def _take(self, throttle: Optional[_Throttle] = None) -> None:
         """Add the reader's samples to the store; make room, throttled, when it is full.
@@ -512,6 +557,7 @@ class LiveFindings:
 
         if self._failed:
             return
+        self.evaluations += 1
         with self._lock:
             if throttle is not None:
                 throttle.deadline = time.thread_time() + LIVE_BUDGET

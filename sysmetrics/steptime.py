@@ -11,9 +11,15 @@ any machine key:
 - ``step.seconds``: wall-clock seconds per optimizer step, the mean over the steps
   completed since the previous sample (readers weigh each sample by its steps, so a
   window's value is the mean over the steps completed in the window);
-- ``step.dataWaitPercent``: the share of that time spent between steps, waiting for the
-  next batch (from the end of one batch's hooks to the start of the next: the fetch plus
-  the framework's own work between batches), 0..100;
+- ``step.dataWaitPercent``: the share of that time spent waiting for the next batch,
+  0..100: where the callback times the training loop's fetch itself (it wraps the
+  framework's train dataloader iterator: :meth:`StepClock.fetched`), that fetch only;
+  elsewhere (a framework version without the wrapped attribute, an unknown loop) the
+  whole time between one batch's hooks' end and the next one's start, as before;
+- ``step.overheadPercent``: where the fetch is timed, the rest of the time between
+  steps, 0..100: from one batch's hooks' end to the next one's start, less the fetch
+  in it (other callbacks, the progress bar, logging, the framework's own work);
+  absent where the fetch is not timed, and for a plain loop (which has no hooks);
 - ``step.samplesPerSecond``: samples over the whole job per second, where the batch size
   is known;
 - ``step.energyJoules``: energy per step, from the energy counters the monitor reads
@@ -40,8 +46,8 @@ import statistics
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import NamedTuple, Optional
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple, Optional
 
 from sysmetrics.collectors.base import BaseCollector
 from sysmetrics.descriptions import weight
@@ -53,7 +59,7 @@ class StepTotals(NamedTuple):
 
     steps: int  # optimizer steps completed
     seconds: float  # wall-clock seconds those steps took, waits included
-    wait: float  # seconds of that spent between batches, waiting for the next one
+    wait: float  # seconds of that spent waiting for the next batch
     samples: float  # samples those steps trained on, whole job; 0.0 where unknown
 
 
@@ -75,6 +81,9 @@ class StepWindow(NamedTuple):
     since: int  # the longest is of the steps after this many (the reader's last claim)
     longest: float  # s; NaN where unknown (more than one step ended unclaimed)
     slow: int  # steps so far over the clock's ``slow_above``
+    # s: of the totals' seconds, spent between batches outside the fetch; NaN where the
+    # clock's fetch is not :attr:`StepClock.timed`
+    overhead: float = 0.0
 
 
 _NO_WINDOW = StepWindow(_ZERO, 0, float("nan"), 0)
@@ -85,9 +94,11 @@ class StepClock:
 
     A callback calls :meth:`restart` where the training loop (re)starts (an epoch: the
     time outside it, a validation loop, is not a step's), :meth:`begin` where a batch's
-    hooks start and :meth:`end` where they end; the time from one :meth:`end` to the next
-    :meth:`begin` is waiting for data. A plain loop adds its waits with :meth:`waited`
-    instead of :meth:`begin`. With gradient accumulation each micro-batch is a
+    hooks start and :meth:`end` where they end. Where the callback also times the loop's
+    fetch of each batch (:meth:`fetched`, with :attr:`timed` set), the fetch is the wait
+    and the rest of the time from one :meth:`end` to the next :meth:`begin` is overhead;
+    otherwise all that time is waiting for data. A plain loop adds its waits with
+    :meth:`waited` instead of :meth:`begin`. With gradient accumulation each micro-batch is a
     begin/end pair, and only the one that closes the optimizer step passes
     ``optimizer_step=True``: the step's time runs from the previous optimizer step's end
     (or the restart) and its wait is all its micro-batches' waits.
@@ -99,13 +110,16 @@ class StepClock:
 
     __slots__ = (
         "_clock",
+        "_fetch",
         "_last",
         "_mark",
         "_origin",
+        "_over",
         "_samples",
         "_wait",
         "claimed",
         "slow_above",
+        "timed",
         "totals",
         "window",
     )
@@ -120,22 +134,50 @@ class StepClock:
         self._origin: float | None = None  # the previous optimizer step's end (or restart)
         self._mark: float | None = None  # the previous batch's end (or restart)
         self._wait = 0.0  # seconds waited in the optimizer step under way
+        self._over = 0.0  # seconds between its batches outside the fetch
+        self._fetch = 0.0  # seconds fetched since the previous batch's end (or restart)
         self._samples = 0.0  # samples of the optimizer step under way
+        # Set by the callback that times the loop's fetch (:meth:`fetched`) for the whole
+        # run; else the time between batches is all waiting, and there is no overhead.
+        self.timed = False
 
     def restart(self) -> None:
         """The training loop starts (again): the next step's time runs from now."""
         self._origin = self._mark = self._clock()
-        self._wait = 0.0
+        self._wait = self._over = self._fetch = 0.0
         self._samples = 0.0
 
     def begin(self) -> None:
-        """A batch's hooks start: the time since the previous batch's end was waiting."""
+        """A batch's hooks start: the time since the previous batch's end was between steps.
+
+        Where :attr:`timed`, the fetch in it (:meth:`fetched`) was waiting and the rest
+        overhead; otherwise all of it was waiting.
+        """
         now = self._clock()
         mark = self._mark
         if mark is not None:
-            self._wait += now - mark
+            self._mark = None  # inside the batch's hooks until its end
+            gap = now - mark
+            if self.timed:
+                fetch = self._fetch if self._fetch < gap else gap
+                self._wait += fetch
+                self._over += gap - fetch
+                self._fetch = 0.0
+            else:
+                self._wait += gap
         elif self._origin is None:  # never restarted: this step is timed from here
             self._origin = now
+
+    def fetched(self, seconds: float) -> None:
+        """The loop took ``seconds`` to fetch a batch (the callback's wrapped iterator).
+
+        Between batches it is set against that time (:meth:`begin`); inside a batch's
+        hooks (a loop that fetches in its step function) it is waiting outright.
+        """
+        if self._mark is not None:
+            self._fetch += seconds
+        else:
+            self._wait += seconds
 
     def waited(self, seconds: float) -> None:
         """Add ``seconds`` waited for the next batch (a plain loop's ``next()``)."""
@@ -177,8 +219,9 @@ class StepClock:
                 longest = float("nan")
             self._last = seconds
             slow = w.slow + (seconds > self.slow_above)
-            self.window = StepWindow(totals, claimed, longest, slow)
-        self._wait = 0.0
+            over = w.overhead + self._over if self.timed else float("nan")
+            self.window = StepWindow(totals, claimed, longest, slow, over)
+        self._wait = self._over = 0.0
         self._samples = 0.0
 
     def read(self) -> StepTotals:
@@ -190,12 +233,65 @@ class StepClock:
         return self.window
 
 
+class TimedIterator:
+    """An iterator's items, each ``next()`` timed on a clock (:meth:`StepClock.fetched`).
+
+    What a callback puts in place of the training loop's iterator over the train
+    dataloader, so that the clock knows the fetch from the rest of the time between
+    steps; under 1 µs a batch (``benchmarks/fetch_cost.py``). Any other attribute is the
+    wrapped iterator's.
+    """
+
+    __slots__ = ("_clock", "_it")
+
+    def __init__(self, it: Iterator[Any], clock: StepClock) -> None:
+        self._it = it
+        self._clock = clock
+
+    def __iter__(self) -> TimedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        start = time.perf_counter()
+        try:
+            return next(self._it)
+        finally:
+            self._clock.fetched(time.perf_counter() - start)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._it, name)
+
+
+class FetchTimer:
+    """A fetch timed by two calls: :meth:`before` and :meth:`after` it, on a clock.
+
+    For a loop that calls hooks around its fetch (Lightning's data fetcher).
+    """
+
+    __slots__ = ("_clock", "_start")
+
+    def __init__(self, clock: StepClock) -> None:
+        self._clock = clock
+        self._start = float("nan")
+
+    def before(self) -> None:
+        """The fetch starts."""
+        self._start = time.perf_counter()
+
+    def after(self) -> None:
+        """The fetch ended (a batch, or the end of the data): tell the clock its time."""
+        start, self._start = self._start, float("nan")
+        if start == start:
+            self._clock.fetched(time.perf_counter() - start)
+
+
 TotalsSource = Callable[[], Optional[StepTotals]]
 """Where a monitor reads step totals (``monitor.step_timing``): a clock's ``read``, or
 the recorder's reader of the step file. None: no totals (yet)."""
 
 ENERGY_SUFFIX = ".energyJoules"  # the energy counters step.energyJoules is made of
 ENERGY_KEY = "step.energyJoules"  # not a counter: energy per step
+OVERHEAD_KEY = "step.overheadPercent"  # between steps outside the fetch (timed clocks)
 
 
 class StepCollector(BaseCollector):
@@ -220,6 +316,7 @@ class StepCollector(BaseCollector):
         self._energy: dict[str, float] = {}  # this tick's energy counters, J
         self._energy_prev: dict[str, float] | None = None  # at the previous emission
         self._slow_prev = 0  # the clock's slow steps at the previous emission
+        self._over_prev = 0.0  # the clock's overhead seconds at the previous emission
         self._judged = False  # whether the clock judged slow steps since then
         self._means: deque[float] = deque(maxlen=MEDIAN_WINDOW)  # step.seconds, the first out
         self._emitted = 0  # samples emitted from this source
@@ -239,6 +336,7 @@ class StepCollector(BaseCollector):
             self._prev = _ZERO
             self._energy_prev = dict(self._energy)
             self._slow_prev, self._judged, self._emitted = 0, False, 0
+            self._over_prev = 0.0
             self._means.clear()
         owner = getattr(source, "__self__", None)
         clock = owner if isinstance(owner, StepClock) else None
@@ -275,8 +373,15 @@ class StepCollector(BaseCollector):
     def _slowest(
         self, clock: StepClock, window: StepWindow, prev: StepTotals, out: dict[str, float]
     ) -> None:
-        """Add ``step.maxSeconds`` and ``step.slowPercent``; claim the steps read; judge."""
+        """Add ``step.overheadPercent``, ``step.maxSeconds`` and ``step.slowPercent``.
+
+        Then claim the steps read, and judge slow steps.
+        """
         steps = window.totals.steps - prev.steps
+        overhead = window.overhead - self._over_prev  # NaN: the fetch is not timed
+        self._over_prev = window.overhead
+        if overhead == overhead:
+            out[OVERHEAD_KEY] = 100.0 * overhead / (window.totals.seconds - prev.seconds)
         if window.since == prev.steps and window.longest == window.longest:
             out["step.maxSeconds"] = window.longest
         if self._judged:

@@ -73,6 +73,7 @@ def pss(mib: float, limit: float = 16384.0) -> Metrics:
 
 
 N = 30  # samples in most examples
+TIMED = {"step.seconds": 0.5, "step.dataWaitPercent": 3.0, "cpu": 30.0}  # a fetch-timing callback
 
 # code -> (fires, quiet): each a recording's bytes.
 SCENARIOS: dict[str, Callable[[], tuple[bytes, bytes]]] = {
@@ -81,6 +82,12 @@ SCENARIOS: dict[str, Callable[[], tuple[bytes, bytes]]] = {
     "input-bound": lambda: (
         recording([{"step.seconds": 0.5, "step.dataWaitPercent": 60.0, "cpu": 95.0}] * N),
         recording([{"step.seconds": 0.5, "step.dataWaitPercent": 5.0, "cpu": 60.0}] * N),
+    ),
+    # A callback whose fetch is timed: 45 % of each 0.5 s step went between steps outside
+    # the 3 % fetch (a progress bar redrawing in a notebook); quiet: 4 % of it.
+    "framework-overhead": lambda: (
+        recording([{**TIMED, "step.overheadPercent": 45.0}] * N),
+        recording([{**TIMED, "step.overheadPercent": 4.0}] * N),
     ),
     # A run idle at step 8 for 15 s in the middle (a collective waiting for a peer);
     # quiet: the same run advancing every second.

@@ -123,15 +123,17 @@ def samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Samples
     # A callback's clock: its longest step and slow steps too (from the 4th sample on).
     now = [0.0]
     clock = StepClock(lambda: now[0])
+    clock.timed = True  # its fetch timed: step.overheadPercent too
     read = clock.read
     timed = StepCollector(lambda: read)
     clock.restart()
     for seconds in (1.0, 1.0, 1.0, 1.0, 1.0, 9.0):
         now[0] += seconds
+        clock.fetched(0.5)
         clock.begin()
         clock.end()
         timed_sample = timed.sample()
-    assert {"step.maxSeconds", "step.slowPercent"} <= timed_sample.keys()
+    assert {"step.maxSeconds", "step.slowPercent", "step.overheadPercent"} <= timed_sample.keys()
     out["steps"].append((timed, timed_sample))
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -559,7 +559,7 @@ def test_the_step_keys_are_served_with_help_and_unit() -> None:
             loop.join()
     for name, unit, help in [
         ("training_step_seconds", "seconds", "Wall-clock seconds per optimizer step"),
-        ("training_data_wait_percent", "percent", "% of step time spent between steps"),
+        ("training_data_wait_percent", "percent", "% of step time spent waiting for the next"),
         ("training_samples_per_second", None, "Training samples per second"),
         ("training_step", None, "Training step the job has reached"),
     ]:

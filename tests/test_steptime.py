@@ -35,6 +35,8 @@ def test_clock_splits_each_step_into_wait_and_compute() -> None:
     steps, seconds, wait, samples = clock.read()
     assert steps == 10
     assert abs(seconds - 0.5) < 1e-9 and abs(wait - 0.2) < 1e-9 and samples == 80
+    overhead = clock.read_window().overhead
+    assert overhead != overhead  # the fetch is not timed: no overhead (NaN)
 
 
 def test_gradient_accumulation_counts_optimizer_steps_and_every_micro_batch_wait() -> None:
@@ -49,6 +51,74 @@ def test_gradient_accumulation_counts_optimizer_steps_and_every_micro_batch_wait
     steps, seconds, wait, samples = clock.read()
     assert steps == 4 and abs(seconds / steps - 0.1) < 1e-9
     assert abs(wait / seconds - 0.4) < 1e-9 and samples == 32
+
+
+def test_a_timed_fetch_is_the_wait_and_the_rest_between_steps_overhead() -> None:
+    """With the fetch timed, the time between the hooks splits into fetch and overhead."""
+    t = Ticks()
+    clock = StepClock(t)
+    clock.timed = True
+    read = clock.read
+    collector = StepCollector(lambda: read)
+    clock.restart()
+    for _ in range(10):
+        t.now += 0.01  # a callback after ours (the progress bar)
+        clock.fetched(0.02)  # the loop's fetch, as the wrapped iterator times it
+        t.now += 0.02
+        clock.begin()
+        t.now += 0.05
+        clock.end(samples=8)
+    steps, seconds, wait, samples = clock.read()
+    overhead = clock.read_window().overhead
+    assert steps == 10 and abs(seconds - 0.8) < 1e-9 and samples == 80
+    assert abs(wait - 0.2) < 1e-9 and abs(overhead - 0.1) < 1e-9
+    out = collector.sample()
+    assert out["step.dataWaitPercent"] == pytest.approx(25.0)
+    assert out["step.overheadPercent"] == pytest.approx(12.5)
+
+
+def test_a_fetch_inside_the_hooks_is_waiting_and_never_over_the_gap() -> None:
+    """A loop that fetches inside its step (JAX's train function): all of it waiting.
+
+    A fetch reported longer than the time between the hooks counts at most that time.
+    """
+    t = Ticks()
+    clock = StepClock(t)
+    clock.timed = True
+    clock.restart()
+    t.now += 0.01
+    clock.begin()
+    clock.fetched(0.03)  # inside the hooks
+    t.now += 0.05
+    clock.end()
+    t.now += 0.01
+    clock.fetched(0.5)  # more than the 10 ms gap: impossible, counted as the gap
+    clock.begin()
+    t.now += 0.04
+    clock.end()
+    steps, seconds, wait, _ = clock.read()
+    overhead = clock.read_window().overhead
+    assert steps == 2 and abs(seconds - 0.11) < 1e-9
+    assert abs(wait - 0.04) < 1e-9  # 0.03 inside the hooks + 0.01 (the gap, capped)
+    assert abs(overhead - 0.01) < 1e-9  # the first gap: nothing fetched in it
+    assert wait + overhead <= seconds
+
+
+def test_an_untimed_clock_and_a_step_file_have_no_overhead_key() -> None:
+    t = Ticks()
+    clock = StepClock(t)
+    read = clock.read
+    collector = StepCollector(lambda: read)
+    clock.restart()
+    run_steps(clock, t, 3, fetch=0.02, compute=0.03)
+    out = collector.sample()
+    assert out["step.dataWaitPercent"] == pytest.approx(40.0)
+    assert "step.overheadPercent" not in out
+    totals = [StepTotals(0, 0.0, 0.0, 0.0)]
+    from_file = StepCollector(lambda: lambda: totals[0])
+    from_file.sample()
+    totals[0] = StepTotals(4, 2.0, 0.5, 64.0)
+    assert "step.overheadPercent" not in from_file.sample()
 
 
 def test_time_outside_the_loop_is_not_a_step() -> None:

@@ -162,6 +162,7 @@ def test_the_step_collector_weighs_each_key_as_its_description_says() -> None:
         "step.energyJoules": "steps",
         "step.maxSeconds": "sample",
         "step.slowPercent": "steps",
+        "step.overheadPercent": "step_seconds",
     }
     assert {weight("cpu"), weight("step.seconds.max"), weight("no.such.key")} == {"sample"}
 

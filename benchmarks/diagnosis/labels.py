@@ -336,7 +336,22 @@ SCENARIOS: tuple[Scenario, ...] = (
         "(as logging or a progress bar between steps): not the loader",
         "callback",
         ("transformers", "--step", "0.05", "--sleep-after", *SECONDS),
+        must=("framework-overhead",),
         must_not=("input-bound",),
+        top="framework-overhead",
+        cause=r"outside the batch fetch",
+        issue="the framework blamed on the loader",
+    ),
+    Scenario(
+        "lightning-slow-bar",
+        "Lightning, 50 ms steps, its progress bar taking 50 ms to redraw each step (as in "
+        "a notebook) between the step hooks: not the loader",
+        "callback",
+        ("lightning", "--step", "0.05", "--bar", "--bar-redraw", "0.05", *SECONDS),
+        must=("framework-overhead",),
+        must_not=("input-bound",),
+        top="framework-overhead",
+        cause=r"progress bar",
         issue="the framework blamed on the loader",
     ),
     Scenario(

@@ -107,7 +107,8 @@ def lightning(args: argparse.Namespace) -> None:
     """Lightning, a tiny model whose step sleeps ``--step`` s (the accelerator).
 
     Every ``--every``-th step writes and fsyncs ``--checkpoint-mib`` MiB; the first step sleeps
-    ``--warmup`` s more; ``--bar``: the progress bar on (refreshing every step).
+    ``--warmup`` s more; ``--bar``: the progress bar on (refreshing every step), each
+    redraw taking ``--bar-redraw`` s more (a notebook's output area redrawing).
     """
     torch = _torch()
     import lightning.pytorch as pl
@@ -141,8 +142,14 @@ def lightning(args: argparse.Namespace) -> None:
     steps = max(1, int(args.seconds / max(args.step, 0.01)))
     data = torch.utils.data.TensorDataset(torch.randn(steps * 8, 32), torch.randn(steps * 8, 1))
     callbacks: list[Any] = [SystemMetricsCallback(interval=args.interval, run_file=args.run_file)]
+
+    class Bar(TQDMProgressBar):  # type: ignore[misc]
+        def on_train_batch_end(self, *a: Any, **kw: Any) -> None:
+            super().on_train_batch_end(*a, **kw)
+            time.sleep(args.bar_redraw)
+
     if args.bar:
-        callbacks.append(TQDMProgressBar(refresh_rate=1))
+        callbacks.append((Bar if args.bar_redraw else TQDMProgressBar)(refresh_rate=1))
     trainer = pl.Trainer(
         max_epochs=1, logger=CSVLogger(args.logs), enable_checkpointing=False,
         enable_progress_bar=args.bar, enable_model_summary=False, accelerator="cpu",
@@ -199,6 +206,7 @@ def transformers(args: argparse.Namespace) -> None:
     training = TrainingArguments(
         output_dir=args.logs, per_device_train_batch_size=4, max_steps=steps, report_to=[],
         logging_steps=10, save_strategy="no", use_cpu=True, disable_tqdm=True,
+        remove_unused_columns=False,  # forward(*a, **kw) names no column: keep them all
     )  # fmt: skip
     Trainer(
         model=Model(config), args=training, train_dataset=Tokens(steps * 4),
@@ -269,6 +277,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-mib", type=int, default=0)
     p.add_argument("--warmup", type=float, default=0.0)
     p.add_argument("--bar", action="store_true")
+    p.add_argument("--bar-redraw", type=float, default=0.0)
     p.add_argument("--sleep-after", action="store_true")
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--run-file", default="run.jsonl")

@@ -19,6 +19,8 @@ generated from the registry:
 
 - :mod:`~sysmetrics.findings.training`: ``input-bound``, ``stall``, ``slow-steps``, from
   the step keys (``step.seconds``, ``step.dataWaitPercent``) or the samples' steps;
+- :mod:`~sysmetrics.findings.overhead`: ``framework-overhead``, from
+  ``step.overheadPercent``;
 - :mod:`~sysmetrics.findings.cpu`: ``cpu-bound``, ``single-core``, ``contention``;
 - :mod:`~sysmetrics.findings.machine`: ``memory-limit``, ``gpu-memory-limit``,
   ``gpu-throttling``, ``disk-bound``, ``swap``, ``unused-gpu``;
@@ -83,6 +85,9 @@ from sysmetrics.findings.nodes import STRAGGLER_POINTS as STRAGGLER_POINTS
 from sysmetrics.findings.nodes import STRAGGLER_RATIO as STRAGGLER_RATIO
 from sysmetrics.findings.nodes import STRAGGLER_WAIT_POINTS as STRAGGLER_WAIT_POINTS
 from sysmetrics.findings.nodes import straggler_node as straggler_node
+from sysmetrics.findings.overhead import OVERHEAD_PERCENT as OVERHEAD_PERCENT
+from sysmetrics.findings.overhead import OVERHEAD_SPAN_SHARE as OVERHEAD_SPAN_SHARE
+from sysmetrics.findings.overhead import framework_overhead as framework_overhead
 from sysmetrics.findings.registry import CROSS_NODE_CODES as CROSS_NODE_CODES
 from sysmetrics.findings.registry import LIVE_CODES as LIVE_CODES
 from sysmetrics.findings.registry import REGISTRY as REGISTRY

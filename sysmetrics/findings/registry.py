@@ -32,10 +32,12 @@ from sysmetrics.findings.machine import (
 )
 from sysmetrics.findings.memory import MEMORY_CREEP_RULE
 from sysmetrics.findings.nodes import STRAGGLER_RULE
+from sysmetrics.findings.overhead import FRAMEWORK_OVERHEAD_RULE
 from sysmetrics.findings.training import INPUT_BOUND_RULE, SLOW_STEPS_RULE, STALL_RULE
 
 REGISTRY: tuple[Rule[Any], ...] = (
     INPUT_BOUND_RULE,
+    FRAMEWORK_OVERHEAD_RULE,
     STALL_RULE,
     SLOW_STEPS_RULE,
     CPU_BOUND_RULE,
