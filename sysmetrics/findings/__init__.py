@@ -49,6 +49,7 @@ from sysmetrics.findings.cpu import CONTENTION_MIN_CPUS as CONTENTION_MIN_CPUS
 from sysmetrics.findings.cpu import CONTENTION_SHARE as CONTENTION_SHARE
 from sysmetrics.findings.cpu import CPU_BOUND_PERCENT as CPU_BOUND_PERCENT
 from sysmetrics.findings.cpu import CPU_BOUND_SHARE as CPU_BOUND_SHARE
+from sysmetrics.findings.cpu import SINGLE_CORE_GPU_PERCENT as SINGLE_CORE_GPU_PERCENT
 from sysmetrics.findings.cpu import SINGLE_CORE_HIGH as SINGLE_CORE_HIGH
 from sysmetrics.findings.cpu import SINGLE_CORE_LOW as SINGLE_CORE_LOW
 from sysmetrics.findings.cpu import SINGLE_CORE_SHARE as SINGLE_CORE_SHARE
