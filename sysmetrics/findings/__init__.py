@@ -87,6 +87,7 @@ from sysmetrics.findings.training import INPUT_SPAN_SHARE as INPUT_SPAN_SHARE
 from sysmetrics.findings.training import INPUT_WAIT_PERCENT as INPUT_WAIT_PERCENT
 from sysmetrics.findings.training import MAX_STALLS as MAX_STALLS
 from sysmetrics.findings.training import SLOW_FACTOR as SLOW_FACTOR
+from sysmetrics.findings.training import SLOW_LOST_SHARE as SLOW_LOST_SHARE
 from sysmetrics.findings.training import SLOW_SHARE as SLOW_SHARE
 from sysmetrics.findings.training import SPIKE_DISK_MIB_S as SPIKE_DISK_MIB_S
 from sysmetrics.findings.training import SPIKE_FACTOR as SPIKE_FACTOR
