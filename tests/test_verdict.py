@@ -80,3 +80,64 @@ def test_two_slow_steps_of_an_overloaded_machine_are_not_slow_steps(tmp_path: Pa
     run = read_run(run_file)
     assert run.columns.get("step.maxSeconds") is not None
     assert "slow-steps" not in [f.rule for f in findings(run)]
+
+
+# ---- one verdict per run (issue 32 item 4) ----------------------------------------------
+
+
+def report_json(tmp_path: Path, name: str) -> dict[str, object]:
+    import json
+
+    from sysmetrics.report import json_report
+
+    path = tmp_path / f"{name}.jsonl"
+    path.write_bytes(gpu_runs.RUNS[name]())
+    document: dict[str, object] = json.loads(json_report(path)[0])
+    return document
+
+
+@pytest.mark.parametrize(
+    ("name", "bound", "band"),
+    [
+        ("gpu-bound", "gpu-compute", "highly"),
+        ("gpu-throttled", "gpu-compute", "highly"),
+        ("gpu-input-bound", "input", "highly"),
+    ],
+)
+def test_the_verdict_comes_first_in_report_json(
+    tmp_path: Path, name: str, bound: str, band: str
+) -> None:
+    """A GPU-saturated run says so (and is not told it is CPU-limited); an input-bound
+    one says how much of the steps' time went to waiting, and how severe that is."""
+    document = report_json(tmp_path, name)
+    assert list(document).index("verdict") < list(document).index("findings")
+    said = document["verdict"]
+    assert isinstance(said, dict)
+    assert (said["bound"], said["band"]) == (bound, band), said
+    assert said["sentence"].startswith(f"{band.capitalize()} "), said
+    assert 0 < said["share"] <= 100
+
+
+def test_a_run_without_gpu_metrics_abstains_and_says_what_is_missing(tmp_path: Path) -> None:
+    """Steps that neither wait for data nor keep the CPU busy: their time is elsewhere
+    (an accelerator, a sleep); without GPU metrics the verdict says what it could be and
+    which signal was missing, rather than guess."""
+    from sysmetrics.findings.verdict import verdict
+    from tests.test_findings import found_in
+
+    samples = [{"cpu": 3.0, "step.seconds": 0.05, "step.dataWaitPercent": 1.0}] * 20
+    path = tmp_path / "crafted.jsonl"
+    found = found_in(tmp_path, samples, cpus=2)
+    said = verdict(read_run(path), found)
+    assert said.bound is None and said.could_be == ("gpu-compute",)
+    assert "could be GPU-bound; no GPU metrics were recorded" in said.sentence
+    assert said.to_json()["missing"] == ["no GPU metrics were recorded"]
+
+
+def test_the_page_says_the_verdict_ahead_of_the_findings(tmp_path: Path) -> None:
+    from sysmetrics import report
+
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(gpu_runs.RUNS["gpu-input-bound"]())
+    page = report.render(read_run(path), "t", {})
+    assert page.index("Highly input-bound: 70 %") < page.index('<span class="rule">input-bound')

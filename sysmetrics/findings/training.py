@@ -159,8 +159,7 @@ class SlowStepsThresholds:
         SLOW_LOST_SHARE,
         "SLOW_LOST_SHARE",
         "share",
-        "... and the slow steps' time over the median at least this share of all the "
-        "steps' time",
+        "... and the slow steps' time over the median at least this share of all the steps' time",
     )
     spike_factor: float = threshold(
         SPIKE_FACTOR,
@@ -402,8 +401,7 @@ def slow_steps(run: Run, t: SlowStepsThresholds = SLOW_STEPS) -> list[Finding]:
 
 
 def _advanced(run: Run, p: Pace) -> float:
-    """The steps a pace of the samples' steps advanced (from its first sample to the next
-    step's first)."""
+    """The steps a pace of the samples' steps advanced (to the next step's first sample)."""
     first, last = run.step[p.first], run.step[p.covered[-1]] if p.covered else None
     return float(last - first) if first is not None and last is not None and last > first else 1.0
 
@@ -589,10 +587,11 @@ SLOW_STEPS_RULE = Rule(
     "cost time the mean hides.",
     how="a sample's longest step (`step.maxSeconds`, where the callbacks' clock kept it; "
     "else its mean `step.seconds`) above `factor` times the median `step.seconds` in at "
-    "least `share` of the samples with it, where those slow samples' time over the median (their steps times their mean "
-    "`step.seconds` less the median, at least the longest step's own excess) is at "
-    "least `lost_share` of all the steps' time (a slow step or two in a long run is not "
-    "worth a finding: `lost_share` in the evidence); each recording's first sample with a step "
+    "least `share` of the samples with it, where those slow samples' time over the "
+    "median (their steps times their mean `step.seconds` less the median, at least the "
+    "longest step's own excess) is at least `lost_share` of all the steps' time (a slow "
+    "step or two in a long run is not worth a finding: `lost_share` in the evidence); "
+    "each recording's first sample with a step "
     "(its warm-up: compilation, the first batch, workers starting) is left out. Without "
     "step keys, from the samples' step changes (stalls left out): a step took at most "
     "the time from its first sample to the next step's, and at least the time to its "

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from sysmetrics.findings import CROSS_NODE_CODES, NO_MATCH, Finding
+from sysmetrics.findings.verdict import Verdict
 from sysmetrics.report.data import (
     MAX_ROWS,
     MAX_STALLS_SAID,
@@ -135,6 +136,16 @@ def stall_sentence(stall: Stall) -> str:
     return f"no new step after step {stall.step} for {_duration(stall.seconds)} ({when})"
 
 
+def _verdict_html(said: Optional[Verdict]) -> str:
+    """The verdict, ahead of the findings: its label, then its sentence."""
+    if said is None:
+        return ""
+    return (
+        f'<p class="verdict"><span class="rule">{html.escape(said.label)}</span> '
+        f"{html.escape(said.sentence)}</p>"
+    )
+
+
 def _findings_html(found: Sequence[Finding], start: Optional[float]) -> str:
     if not found:
         return f"<p>{html.escape(NO_MATCH)}</p>"
@@ -176,6 +187,7 @@ def _section(mine: NodePage, pngs: dict[str, bytes], h: int) -> list[str]:
             items.append(f"<li>{more} more recordings</li>")
         parts.append('<ol class="recordings">' + "".join(items) + "</ol>")
     parts.append(f"<h{h}>Findings</h{h}>")
+    parts.append(_verdict_html(mine.verdict))
     parts.append(_findings_html(mine.findings, seen.start))
     parts.append(f"<h{h}>Summary</h{h}><table><tr><th>group</th><th>key</th><th>unit</th>")
     parts.append("<th>mean</th><th>p95</th><th>peak</th><th>total</th></tr>")
@@ -267,6 +279,7 @@ def render_page(page: Page, title: str, pngs: dict[str, bytes]) -> str:
         parts.append(f"<p>{html.escape(said)}</p>")
         start = next((t for t in run.time if t is not None), None)
         parts.append("<h2>Findings across nodes</h2>")
+        parts.append(_verdict_html(page.verdict))
         parts.append(_findings_html(page.across, start))
         for group, png in pngs.items():  # the nodes' speed side by side
             if group.startswith(ALL_NODES + ": "):
