@@ -141,3 +141,31 @@ def test_the_page_says_the_verdict_ahead_of_the_findings(tmp_path: Path) -> None
     path.write_bytes(gpu_runs.RUNS["gpu-input-bound"]())
     page = report.render(read_run(path), "t", {})
     assert page.index("Highly input-bound: 70 %") < page.index('<span class="rule">input-bound')
+
+
+# ---- what each finding says to change, and what it would gain (issue 32 item 5) ----------
+
+
+def test_input_bound_says_the_fix_and_its_gain(tmp_path: Path) -> None:
+    """The GPU-shaped input-bound run: 70 % of 0.3 s steps waiting, the CPUs idle: more
+    workers, and removing the wait makes steps up to 3.3x faster (0.3 -> 0.09 s)."""
+    document = report_json(tmp_path, "gpu-input-bound")
+    (found,) = [f for f in document["findings"] if f["rule"] == "input-bound"]  # type: ignore[union-attr,index]
+    assert found["advice"].startswith(
+        "Removing the 70 % data wait would make steps up to 3.3x faster (0.3 -> 0.09 s per "
+        "step): raise the DataLoader's num_workers"
+    ), found["advice"]
+    assert "pin_memory=True" in found["advice"]  # a GPU trains
+    assert found["evidence"]["gain_times"] == pytest.approx(1 / 0.3, rel=0.02)
+
+
+def test_a_periodic_checkpoint_says_what_its_slow_steps_cost(tmp_path: Path) -> None:
+    """A real Keras run whose every 10th step takes 0.3 s more (the checkpoint, standing
+    for a write): the slow steps' share of the time and the gain of writing less often."""
+    run_file = tmp_path / "run.jsonl"
+    keras_fit(run_file, 80, 0.03, {n: 0.3 for n in range(10, 81, 10)})
+    (slow,) = [f for f in findings(read_run(run_file)) if f.rule == "slow-steps"]
+    lost = slow.evidence["lost_share"]
+    assert 0.2 < lost < 0.7, slow.evidence
+    assert slow.evidence["gain_times"] == pytest.approx(1 / (1 - lost))
+    assert slow.advice.startswith(f"Removing the slow steps' {lost:.0%} of the steps' time")

@@ -56,6 +56,7 @@ from sysmetrics.findings.cpu import SINGLE_CORE_SHARE as SINGLE_CORE_SHARE
 from sysmetrics.findings.cpu import contention as contention
 from sysmetrics.findings.cpu import cpu_bound as cpu_bound
 from sysmetrics.findings.cpu import single_core as single_core
+from sysmetrics.findings.gains import advise as advise
 from sysmetrics.findings.machine import DISK_GPU_PERCENT as DISK_GPU_PERCENT
 from sysmetrics.findings.machine import DISK_READ_MIB_S as DISK_READ_MIB_S
 from sysmetrics.findings.machine import DISK_SHARE as DISK_SHARE
@@ -141,6 +142,7 @@ def _findings(run: Run) -> list[Finding]:
     for k, part in nodes:
         for rule in RULES:
             for found in rule.check(part, rule.thresholds):
+                found = advise(part, found)
                 if len(nodes) > 1 and k is not None:
                     subject = found.subject
                     found = replace(
@@ -152,7 +154,9 @@ def _findings(run: Run) -> list[Finding]:
                         ),
                     )
                 out.append(found)
-    out.extend(finding for rule in NODE_RULES for finding in rule.check(run, rule.thresholds))
+    out.extend(
+        advise(run, finding) for rule in NODE_RULES for finding in rule.check(run, rule.thresholds)
+    )
     return out
 
 
@@ -165,7 +169,11 @@ def across_findings(run: Run) -> list[Finding]:
     """
     with memo():
         run.pad()
-        return [finding for rule in NODE_RULES for finding in rule.check(run, rule.thresholds)]
+        return [
+            advise(run, finding)
+            for rule in NODE_RULES
+            for finding in rule.check(run, rule.thresholds)
+        ]
 
 
 def node_findings(run: Run) -> list[Finding]:
@@ -176,4 +184,6 @@ def node_findings(run: Run) -> list[Finding]:
     """
     with memo():
         run.pad()
-        return [finding for rule in RULES for finding in rule.check(run, rule.thresholds)]
+        return [
+            advise(run, finding) for rule in RULES for finding in rule.check(run, rule.thresholds)
+        ]

@@ -19,7 +19,9 @@ version)::
                                             the run's (across nodes: a straggler's
                                             communication, else the most severe node's)
      "findings": [                          across nodes first, then each node's
-        {"rule": str, "sentence": str, "evidence": {name: number},
+        {"rule": str, "sentence": str, "advice": str,   what to change and what it would
+                                            gain (findings.gains; "" where none)
+         "evidence": {name: number},
          "span": {"axis": "step" | "time", "first": number, "last": number} | null,
          "node": int | null,                the node whose samples it is about; null:
                                             the whole run (one node, or across nodes)

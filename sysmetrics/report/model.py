@@ -141,6 +141,7 @@ def finding_json(finding: Finding, node: Optional[int]) -> dict[str, Any]:
     return {
         "rule": finding.rule,
         "sentence": finding.sentence,
+        "advice": finding.advice,
         "evidence": {k: _finite(float(v)) for k, v in finding.evidence.items()},
         "span": None
         if span is None

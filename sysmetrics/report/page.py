@@ -52,9 +52,10 @@ def _finding_html(finding: Finding, start: Optional[float]) -> str:
     evidence = ", ".join(f"{k} = {_number(v)}" for k, v in finding.evidence.items())
     where = _where(finding.span, start)
     detail = "; ".join(part for part in (where, evidence) if part)
+    advice = f" {html.escape(finding.advice)}" if finding.advice else ""
     return (
         f'<li><span class="rule">{html.escape(finding.rule)}</span> '
-        f"{html.escape(finding.sentence)}<br><small>{html.escape(detail)}</small></li>"
+        f"{html.escape(finding.sentence)}{advice}<br><small>{html.escape(detail)}</small></li>"
     )
 
 
