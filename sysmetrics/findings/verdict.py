@@ -168,6 +168,11 @@ class Verdict:
     missing: tuple[str, ...] = ()
 
     @property
+    def words(self) -> str:
+        """The bound in words: ``input-bound``, ``GPU-bound``; ``undetermined`` where none."""
+        return "undetermined" if self.bound is None else BY_CODE[self.bound].words
+
+    @property
     def label(self) -> str:
         """Short: ``highly input-bound (44 %)``, ``GPU-bound``, ``undetermined``."""
         if self.bound is None:
