@@ -217,7 +217,8 @@ def _mean_step(files: list[Path]) -> Optional[float]:
     from sysmetrics.findings import read_run
     from sysmetrics.findings.gains import step_seconds
 
-    return step_seconds(read_run(files)) if files else None
+    means = [m for f in files if f.exists() and (m := step_seconds(read_run(f))) is not None]
+    return statistics.mean(means) if means else None  # several nodes: their mean
 
 
 def _median_step(files: list[Path]) -> Optional[float]:
