@@ -441,3 +441,18 @@ def sample_verdict(
             job_cpu=cpu,
         )
     )
+
+
+def table() -> str:
+    """The categories and their bands as a Markdown table (the docs' ``verdict`` table)."""
+    lines = [
+        "| bound | said as | its share (%) | highly at | moderately at |",
+        "|---|---|---|---|---|",
+    ]
+    for c in CATEGORIES:
+        highly = "-" if c.highly is None else f"{c.highly:g} %"
+        moderately = "-" if c.moderately is None else f"{c.moderately:g} %"
+        if c.code in ("cpu", "single-thread"):
+            highly, moderately = f"{HIGHLY_SHARE:g} % of the samples", "its rule fired"
+        lines.append(f"| `{c.code}` | {c.words} | {c.share} | {highly} | {moderately} |")
+    return "\n".join(lines) + "\n"
