@@ -169,3 +169,20 @@ def test_a_periodic_checkpoint_says_what_its_slow_steps_cost(tmp_path: Path) -> 
     assert 0.2 < lost < 0.7, slow.evidence
     assert slow.evidence["gain_times"] == pytest.approx(1 / (1 - lost))
     assert slow.advice.startswith(f"Removing the slow steps' {lost:.0%} of the steps' time")
+
+
+def test_a_stall_says_what_it_cost_per_step(tmp_path: Path) -> None:
+    """A 15 s hang among 1 s steps: its share of the run's wall-clock time per step, and
+    the change to make (the job idle: what it waited for, a timeout on collectives)."""
+    from tests.test_findings import found_in, stalled
+
+    crafted = stalled(10, 16, 10, cpu=1.0)
+    (stall,) = [
+        f
+        for f in found_in(tmp_path, crafted["samples"], steps=crafted["steps"])
+        if f.rule == "stall"
+    ]
+    # 35 s from step 0 to step 20: 15 s of it the stall -> 1.75 s per step, 0.5 without.
+    assert stall.evidence["step_seconds_before"] == pytest.approx(35 / 20)
+    assert stall.evidence["gain_times"] == pytest.approx(35 / 20)
+    assert "timeout" in stall.advice and stall.advice.startswith("Removing the 15 s stall")

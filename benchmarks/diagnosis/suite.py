@@ -149,7 +149,7 @@ class Outcome:
     void: str = ""  # why the premise did not hold
     seconds: float = 0.0
     median_step: Optional[float] = None  # s: the run's median step.seconds
-    mean_step: Optional[float] = None  # s: the run's mean seconds per step (all its steps)
+    mean_step: Optional[float] = None  # s: the run's wall-clock seconds per step
     predicted: Optional[float] = None  # times: the top finding's gain_times (item 5)
     verdict: str = ""  # the report's verdict, its label
     live: list[str] = field(default_factory=list)  # the live findings said on stderr
@@ -213,11 +213,12 @@ def _report(files: list[Path], o: Outcome) -> list[tuple[str, str]]:
 
 
 def _mean_step(files: list[Path]) -> Optional[float]:
-    """The run's mean seconds per step: its steps' time over its steps (the readers')."""
-    from sysmetrics.findings import read_run
-    from sysmetrics.findings.gains import step_seconds
+    """The run's wall-clock seconds per step, stalls and slow steps included."""
+    from sysmetrics.findings import memo, read_run
+    from sysmetrics.findings.gains import wall_per_step
 
-    means = [m for f in files if f.exists() and (m := step_seconds(read_run(f))) is not None]
+    with memo():
+        means = [m for f in files if f.exists() and (m := wall_per_step(read_run(f))) is not None]
     return statistics.mean(means) if means else None  # several nodes: their mean
 
 
@@ -438,14 +439,14 @@ GAIN_TARGET = 0.8  # ... in at least this share of the fixed variants (issue 32 
 def gains(outcomes: list[Outcome]) -> str:
     """Each fixed variant's realised speed-up over its broken scenario, and the predicted.
 
-    Realised: the broken run's mean seconds per step over the fixed run's (every step
-    counted: a slow step or a stall is in the mean, not the median). Predicted: the
+    Realised: the broken run's wall-clock seconds per step over the fixed run's (every
+    step counted: a slow step or a stall is in it, not the median's). Predicted: the
     ``gain_times`` of the broken run's top finding (its advice's "up to"). Within
     :data:`GAIN_TOLERANCE` of each other, or not.
     """
     by = {o.scenario.name: o for o in outcomes}
     lines = [
-        "| broken -> fixed | mean s per step | median | realised | predicted | error | "
+        "| broken -> fixed | wall s per step | median step | realised | predicted | error | "
         "within +-25 % |",
         "|---|---|---|---|---|---|---|",
     ]

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import NamedTuple, Optional
 
-from sysmetrics.findings._base import Finding, gpu_indices
+from sysmetrics.findings._base import Finding, gpu_indices, view
 from sysmetrics.findings.training import INPUT_BOUND, STALL
 from sysmetrics.runfile import Run
 from sysmetrics.weights import sample_weights
@@ -73,6 +73,28 @@ def step_seconds(run: Run, samples: Optional[Sequence[int]] = None) -> Optional[
             total += v * n
             count += n
     return total / count if count > 0 else None
+
+
+def wall_per_step(run: Run) -> Optional[float]:
+    """The run's wall-clock seconds per step, stalls and slow steps included (None: none).
+
+    From each part's first sample with a step to its last, over the steps advanced.
+    """
+    seconds, steps = _wall(run)
+    return seconds / steps if steps > 0 else None
+
+
+def _wall(run: Run) -> tuple[float, float]:
+    """The seconds from each part's first sample with a step to its last, and the steps."""
+    seen = view(run)
+    seconds = steps = 0.0
+    for part in seen.parts:
+        marked = [(t, s) for j in part if (t := seen.clock[j]) is not None
+                  and (s := run.step[j]) is not None]  # fmt: skip
+        if len(marked) >= 2 and marked[-1][1] > marked[0][1]:
+            seconds += marked[-1][0] - marked[0][0]
+            steps += marked[-1][1] - marked[0][1]
+    return seconds, steps
 
 
 def gain(before: Optional[float], share: float) -> Optional[Gain]:
@@ -175,16 +197,13 @@ def _stall(run: Run, f: Finding) -> Advice:
         )
     else:
         fix = "evaluate less often or on fewer batches, and save checkpoints asynchronously"
-    before = step_seconds(run)
-    total = None
-    steps = sample_weights(run, "steps")
-    column = run.columns.get("step.seconds")
-    if before is not None and column is not None:
-        total = sum(column[j] * steps[j] for j in range(len(run)) if steps[j] == steps[j])
+    # The wall-clock seconds per step, the stall's included (a step's own seconds may
+    # leave out time between steps), against the stall's seconds over all the steps'.
+    wall, steps = _wall(run)
     seconds = e.get("seconds", 0.0)
-    if total is None or not total > seconds > 0:
+    if not steps > 0 or not wall > seconds > 0:
         return f"To change: {fix}.", {}
-    g = gain(before, seconds / total)
+    g = gain(wall / steps, seconds / wall)
     if g is None:
         return f"To change: {fix}.", {}
     return _said(g, f"the {seconds:.3g} s stall", fix)
