@@ -86,19 +86,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "input-cpu-transforms",
-        "each item takes 60 ms of CPU-heavy transforms in 2 workers "
-        "(as many as CPUs): the CPUs saturated, more workers cannot help",
+        "each item takes 120 ms of CPU-heavy transforms in 2 workers (as many as CPUs), "
+        "the step 30 ms: the CPUs saturated, more workers cannot help",
         "record",
-        (
-            "plain",
-            "--fetch-cpu",
-            "0.06",
-            "--workers",
-            "2",
-            "--step",
-            "0.005",
-            *SECONDS,
-        ),
+        ("plain", "--fetch-cpu", "0.12", "--workers", "2", "--step", "0.03", *SECONDS),
         must=("input-bound",),
         must_not=("single-core",),
         top="input-bound",
@@ -107,10 +98,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "input-cpu-transforms-fixed",
-        "the transforms' cost cut to 2 ms (moved off the loader): the loop no longer waits "
-        "(the step as the broken one's: the realised gain is the fix's alone)",
+        "the transforms' cost cut to 2 ms (moved off the loader), the same 30 ms step: the "
+        "loop no longer waits (only the fix differs: the realised gain is the fix's)",
         "record",
-        ("plain", "--fetch-cpu", "0.002", "--workers", "2", "--step", "0.005", *SECONDS),
+        ("plain", "--fetch-cpu", "0.002", "--workers", "2", "--step", "0.03", *SECONDS),
         must_not=("input-bound",),
         fixes="input-cpu-transforms",
     ),
