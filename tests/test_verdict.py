@@ -186,3 +186,24 @@ def test_a_stall_says_what_it_cost_per_step(tmp_path: Path) -> None:
     assert stall.evidence["step_seconds_before"] == pytest.approx(35 / 20)
     assert stall.evidence["gain_times"] == pytest.approx(35 / 20)
     assert "timeout" in stall.advice and stall.advice.startswith("Removing the 15 s stall")
+
+
+def test_a_stall_on_a_saturated_host_is_not_called_a_hang_alone(tmp_path: Path) -> None:
+    """The suite's stall-busy on the loaded machine: a 15 s CPU-busy evaluation, starved
+    to 0.16 CPUs by other processes (the host 100 % busy), took 94 s and was called "a
+    hang or a deadlock". Its low CPU does not tell a hang from starved work: both said."""
+    from tests.test_findings import found_in, host, stalled
+
+    crafted = stalled(10, 16, 10)
+    samples = [host(100, 8) for _ in crafted["samples"]]
+    (stall,) = [
+        f for f in found_in(tmp_path, samples, steps=crafted["steps"], cpus=2) if f.rule == "stall"
+    ]
+    assert "starved of CPU" in stall.sentence and "work outside the steps" in stall.sentence
+    assert stall.evidence["host_cpu_percent_mean"] == 100
+    (tmp_path / "crafted.jsonl").unlink()
+    free = [host(30, 8) for _ in crafted["samples"]]  # the host had room: idle is a hang
+    (stall,) = [
+        f for f in found_in(tmp_path, free, steps=crafted["steps"], cpus=2) if f.rule == "stall"
+    ]
+    assert "hang or a deadlock" in stall.sentence and "starved" not in stall.sentence

@@ -190,7 +190,12 @@ def _stall(run: Run, f: Finding) -> Advice:
     idle = e.get("cpu_percent_mean", 100.0) < STALL.idle_percent and not (
         e.get("gpu_percent_mean", 0.0) >= STALL.idle_percent
     )
-    if idle:
+    if idle and "host_cpu_percent_mean" in e:  # starved of CPU: it may be either
+        fix = (
+            "run where other processes leave the job its CPUs, then see whether it still "
+            "stalls (py-spy dump of each process)"
+        )
+    elif idle:
         fix = (
             "find what it waited for (py-spy dump of each process); give collectives a "
             "timeout (torch.distributed.init_process_group(timeout=...)) so a hang fails fast"

@@ -21,6 +21,7 @@ from sysmetrics.findings._base import (
     cpus,
     duration,
     gpu_indices,
+    host_cpu,
     mean,
     present,
     rates,
@@ -28,6 +29,7 @@ from sysmetrics.findings._base import (
     view,
     where,
 )
+from sysmetrics.findings.cpu import CONTENTION_HOST_PERCENT
 from sysmetrics.findings.machine import DISK_READ_MIB_S, SWAP_KEY, THROTTLE_REASONS
 from sysmetrics.runfile import Run, Span
 from sysmetrics.runview import Pace
@@ -230,14 +232,31 @@ def stall(run: Run, t: StallThresholds = STALL) -> list[Finding]:
             evidence["gpu_percent_mean"] = gpu
             said.append(f"its GPUs {gpu:.0f} %")
         idle = cpu == cpu and cpu < t.idle_percent and not gpu >= t.idle_percent
+        # A job starved of CPU by other processes looks idle too: where the host's CPUs
+        # were saturated meanwhile, its low CPU does not tell a hang from work (issue 32:
+        # a 15 s busy evaluation, starved to 0.16 CPUs, was called a hang).
+        host = host_cpu(run)
+        host_mean = mean(h for j in (samples[1:] or samples) if (h := host[j]) is not None)
+        starved = idle and host_mean > CONTENTION_HOST_PERCENT
+        if starved:
+            evidence["host_cpu_percent_mean"] = host_mean
         meanwhile = ""
         if said:
-            cause = (
+            work = (
+                "work outside the steps (a long evaluation, a checkpoint, data "
+                "preparation) or a busy wait"
+            )
+            hang = (
                 "a hang or a deadlock (a collective waiting for a peer, a lock, a stuck "
                 "data worker)"
+            )
+            cause = (
+                f"{hang}, or {work} starved of CPU: the host's CPUs were {host_mean:.0f} % "
+                "busy with other processes"
+                if starved
+                else hang
                 if idle
-                else "work outside the steps (a long evaluation, a checkpoint, data "
-                "preparation) or a busy wait"
+                else work
             )
             meanwhile = f"; meanwhile {' and '.join(said)}: likely {cause}"
         into = (
@@ -567,7 +586,9 @@ STALL_RULE = Rule(
     "step (of `step.seconds`, else between step changes) per step advanced, so steadily "
     "slow steps are none. Its `seconds` are to the step's last sample (the time it "
     "certainly held). The job's mean `cpu` and GPU utilization over it: both "
-    'below `idle_percent`: "a hang or a deadlock"; else work outside the steps '
+    'below `idle_percent`: "a hang or a deadlock" (where the host\'s CPUs were over '
+    "contention's `host_percent` meanwhile, a job starved of CPU looks idle too: both "
+    'causes are said, "starved of CPU"); else work outside the steps '
     "(evaluation, checkpoint) or a busy wait. A run that ends while stalled is one too: "
     "`ended_stalled` = 1 where its `end` line says it did not finish (killed, failed, "
     'timed out) or it has none yet (live: "still at the last sample"); a run that '
