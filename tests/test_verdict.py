@@ -207,3 +207,22 @@ def test_a_stall_on_a_saturated_host_is_not_called_a_hang_alone(tmp_path: Path) 
         f for f in found_in(tmp_path, free, steps=crafted["steps"], cpus=2) if f.rule == "stall"
     ]
     assert "hang or a deadlock" in stall.sentence and "starved" not in stall.sentence
+
+
+def test_each_node_has_its_verdict_and_the_run_the_most_severe(tmp_path: Path) -> None:
+    """A run of two nodes (one file both appended to): node 0 GPU-bound, node 1 waiting
+    for data; each node's verdict in --json, and the run's the most severe one's."""
+    import json
+
+    from sysmetrics.report import json_report
+    from tests.test_findings import write
+
+    gpu = {"gpu.0.gpu": 97.0, "gpu.process.0.gpu": 97.0, "cpu": 12.5}
+    path = tmp_path / "nodes.jsonl"
+    write(path, [{**gpu, "step.seconds": 0.1, "step.dataWaitPercent": 1.0}] * 20, node=0, cpus=8)
+    write(path, [{**gpu, "gpu.0.gpu": 30.0, "gpu.process.0.gpu": 30.0, "step.seconds": 0.3,
+                  "step.dataWaitPercent": 60.0}] * 20, node=1, cpus=8)  # fmt: skip
+    document = json.loads(json_report(path)[0])
+    bounds = [n["verdict"]["bound"] for n in document["nodes"]]
+    assert bounds == ["gpu-compute", "input"], bounds
+    assert document["verdict"]["bound"] == "input"  # highly input-bound (60 %) beats 97 % GPU

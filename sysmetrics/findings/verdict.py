@@ -382,8 +382,9 @@ def across(nodes: Sequence[Verdict], found: Sequence[Finding]) -> Optional[Verdi
 
     ``nodes``: each node's verdict; ``found``: the cross-node findings. A straggler
     node makes the others communication-bound (they wait for it at each collective):
-    its ``ratio`` (its steps' time over the others') says how much; else the node
-    whose verdict has the largest share. None: no nodes.
+    its ``ratio`` (its steps' time over the others') says how much; else the most
+    severe node's verdict (highly before moderately, time lost before a busy device,
+    then the larger share). None: no nodes.
     """
     for f in found:
         if f.rule == "straggler-node" and f.evidence.get("ratio", 0.0) > 1.0:
@@ -402,7 +403,9 @@ def across(nodes: Sequence[Verdict], found: Sequence[Finding]) -> Optional[Verdi
     ranked = [v for v in nodes if v.bound is not None]
     if not ranked:
         return nodes[0] if nodes else None
-    return max(ranked, key=lambda v: (v.band == "highly", v.share or 0.0))
+    # Highly first; then time lost (a node that waits holds every node back at the next
+    # collective) before a busy device; then the larger share of its kind.
+    return max(ranked, key=lambda v: (v.band == "highly", v.bound in LOST, v.share or 0.0))
 
 
 def sample_verdict(
