@@ -28,11 +28,11 @@ from typing import NamedTuple, Optional
 
 from sysmetrics.findings._base import Finding, gpu_indices, view
 from sysmetrics.findings.training import INPUT_BOUND, STALL
+from sysmetrics.findings.verdict import OVERHEAD_KEY
 from sysmetrics.runfile import Run
 from sysmetrics.weights import sample_weights
 
 ARROW = "->"  # between a step's seconds before and after, as in "0.1 -> 0.056 s"
-OVERHEAD_KEY = "step.overheadPercent"  # the framework's time between steps (%)
 
 
 class Gain(NamedTuple):
