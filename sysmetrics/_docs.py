@@ -223,11 +223,19 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "cli": cli_help,
     "console": console_table,
     "findings": findings_table,
+    "verdict": lambda: _verdict_table(),
     "metrics": metrics_table,
     "options": options_table,
     "prometheus": markdown_table,
     **{f"metrics-{table.name}": partial(source_table, table) for table in TABLES},
 }
+
+
+def _verdict_table() -> str:
+    """The verdict's categories and bands (:func:`sysmetrics.findings.verdict.table`)."""
+    from sysmetrics.findings.verdict import table
+
+    return table()
 
 
 def render(markdown: str) -> str:

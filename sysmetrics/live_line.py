@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Optional, TextIO
 
 from sysmetrics.descriptions import counter_rate, gpu_key
+from sysmetrics.findings.verdict import sample_verdict
 from sysmetrics.monitor import SystemMonitor
 
 _MiB = 2.0**20
@@ -31,14 +32,21 @@ def _rate(
 
 
 def live_line(
-    values: Mapping[str, float], previous: Mapping[str, float], seconds: float, step: object
+    values: Mapping[str, float],
+    previous: Mapping[str, float],
+    seconds: float,
+    step: object,
+    cpus: Optional[float] = None,
 ) -> str:
     """One line for a sample: the parts whose keys are present, rates since ``previous``.
 
     ``values`` and ``previous`` are two samples ``seconds`` apart; ``step`` is the training
-    step (None where not marked). Example: ``step 120 | 0.05 s/step wait 40% | cpu 97% |
-    pss 1.2 GiB | gpu0 88% 31.2 GiB 245 W | disk r 12.0 w 3.1 MiB/s | net in 1.0 out 0.2
-    MiB/s``.
+    step (None where not marked); ``cpus``: the CPUs available to the job (None:
+    unknown). Where the sample closed a step, the sample's verdict follows its step time
+    (:func:`~sysmetrics.findings.verdict.sample_verdict`: what bounds it, with its band;
+    nothing where it abstains). Example: ``step 120 | 0.05 s/step wait 40% | highly
+    input-bound | cpu 97% | pss 1.2 GiB | gpu0 88% 31.2 GiB 245 W | disk r 12.0 w 3.1
+    MiB/s | net in 1.0 out 0.2 MiB/s``.
     """
     parts = []
     if step is not None:
@@ -48,6 +56,9 @@ def live_line(
         if "step.dataWaitPercent" in values:
             speed += f" wait {values['step.dataWaitPercent']:.0f}%"
         parts.append(speed)
+        said = sample_verdict(values, cpus)
+        if said is not None and said.bound is not None:
+            parts.append(f"{said.band} {said.words}" if said.band else said.words)
     if "cpu" in values:
         parts.append(f"cpu {values['cpu']:.0f}%")
     if "proc.memory.pssMB" in values:  # the job's memory, shared pages counted once
@@ -88,11 +99,12 @@ class LiveView(threading.Thread):
             return
         previous: Mapping[str, float] = {}
         last = time.monotonic()
+        cpus = self.monitor.header().get("cpus")  # the CPUs available to the job
         while not self.done.wait(self.monitor.interval):
             try:
                 values = self.monitor.latest()
                 now = time.monotonic()
-                line = live_line(values, previous, now - last, self.monitor.step)
+                line = live_line(values, previous, now - last, self.monitor.step, cpus)
                 if line:
                     print(f"sysmetrics: {line}", file=self.stream, flush=True)
                 previous, last = values, now

@@ -73,3 +73,22 @@ def test_the_gpu_shaped_runs_read_back(tmp_path: Path, name: str) -> None:
     run = read_run(path)
     assert len(run) == gpu_runs.N
     findings(run)
+
+
+def test_gains_compare_the_predicted_with_the_realised_speed_up() -> None:
+    """Issue 32 item 5: the broken run's top finding predicts ``gain_times``; the fixed
+    variant realises the ratio of the mean seconds per step; within +-25 % or not."""
+    broken = Scenario("b", "", "record", must=("input-bound",), top="input-bound")
+    fixed = Scenario("f", "", "record", fixes="b")
+    far = Scenario("g", "", "record", fixes="c")
+    c = Scenario("c", "", "record", must=("stall",), top="stall")
+    outcomes = [
+        harness.Outcome(broken, mean_step=0.05, predicted=5.0),
+        harness.Outcome(fixed, mean_step=0.0125),  # 4x realised: -> +25 %: within
+        harness.Outcome(c, mean_step=0.5, predicted=2.0),
+        harness.Outcome(far, mean_step=0.1),  # 5x realised, 2x predicted: -60 %
+    ]
+    text = harness.gains(outcomes)
+    assert "| b -> f | 0.050 -> 0.013 | - | 4.00x | 5.00x | +25% | yes |" in text
+    assert "| c -> g | 0.500 -> 0.100 | - | 5.00x | 2.00x | -60% | no |" in text
+    assert "within +-25 % of the realised: 1 of 2 (50%; target >= 80%)" in text

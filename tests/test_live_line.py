@@ -81,5 +81,22 @@ def test_record_live_prints_a_line_per_interval() -> None:
 
 def test_live_line_shows_the_step_time_where_a_step_closed() -> None:
     timed = {"step.seconds": 0.0502, "step.dataWaitPercent": 39.6, "cpu": 50.0}
-    assert live_line(timed, {}, 1.0, 7) == "step 7 | 0.0502 s/step wait 40% | cpu 50%"
+    assert live_line(timed, {}, 1.0, 7) == (
+        "step 7 | 0.0502 s/step wait 40% | highly input-bound | cpu 50%"  # its verdict
+    )
     assert live_line({"cpu": 50.0}, {}, 1.0, 7) == "step 7 | cpu 50%"  # none closed
+
+
+def test_live_line_says_the_samples_verdict() -> None:
+    """Issue 32 item 4: the verdict in the live line, with its band; a GPU-saturated
+    sample says so (one CPU of 8 is not single-thread-bound there)."""
+    gpu = {"step.seconds": 0.1, "step.dataWaitPercent": 1.0, "cpu": 12.5,
+           "gpu.0.gpu": 99.0, "gpu.process.0.gpu": 99.0}  # fmt: skip
+    assert live_line(gpu, {}, 1.0, 3, cpus=8).split(" | ")[2] == "highly GPU-bound"
+    single = {"step.seconds": 0.1, "step.dataWaitPercent": 1.0, "cpu": 50.0}
+    assert live_line(single, {}, 1.0, 3, cpus=2).split(" | ")[2] == "highly single-thread-bound"
+    slight = {"step.seconds": 0.1, "step.dataWaitPercent": 8.0, "cpu": 3.0}
+    assert live_line(slight, {}, 1.0, 3, cpus=2).split(" | ")[2] == "moderately input-bound"
+    assert live_line({"step.seconds": 0.1, "step.dataWaitPercent": 1.0}, {}, 1.0, 3) == (
+        "step 3 | 0.1 s/step wait 1%"  # no GPU metrics, no CPU: it abstains, says nothing
+    )

@@ -685,8 +685,12 @@ def test_json_document_schema(recorded: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert not recorded.with_suffix(".html").exists()
-    assert set(doc) == {"schema", "files", "x", "left_out", "findings", "nodes", "ledger"}
+    assert set(doc) == {
+        "schema", "files", "x", "left_out", "verdict", "findings", "nodes", "ledger"
+    }  # fmt: skip
     assert set(doc["ledger"]) == {"prices", "job", "nodes"}  # tests/test_ledger.py: its figures
+    assert set(doc["verdict"]) == {"bound", "band", "share", "label", "sentence", "shares",
+                                   "could_be", "missing"}  # fmt: skip
     assert doc["left_out"] == []
     assert (doc["schema"], doc["files"], doc["x"]) == (
         "sysmetrics.report/1",
@@ -695,7 +699,7 @@ def test_json_document_schema(recorded: Path, tmp_path: Path) -> None:
     )
     (node,) = doc["nodes"]
     assert set(node) == {"node", "file", "samples", "recordings", "seconds", "interval", "steps",
-                         "stalls", "keys"}  # fmt: skip
+                         "verdict", "stalls", "keys"}  # fmt: skip
     assert node["node"] == 0 and node["file"] == str(recorded) and node["recordings"] == 1
     run = read_run(recorded)
     assert node["samples"] == len(run)

@@ -86,19 +86,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "input-cpu-transforms",
-        "each item takes 60 ms of CPU-heavy transforms in 2 workers "
-        "(as many as CPUs): the CPUs saturated, more workers cannot help",
+        "each item takes 120 ms of CPU-heavy transforms in 2 workers (as many as CPUs), "
+        "the step 30 ms: the CPUs saturated, more workers cannot help",
         "record",
-        (
-            "plain",
-            "--fetch-cpu",
-            "0.06",
-            "--workers",
-            "2",
-            "--step",
-            "0.005",
-            *SECONDS,
-        ),
+        ("plain", "--fetch-cpu", "0.12", "--workers", "2", "--step", "0.03", *SECONDS),
         must=("input-bound",),
         must_not=("single-core",),
         top="input-bound",
@@ -107,7 +98,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "input-cpu-transforms-fixed",
-        "the transforms' cost cut to 2 ms (moved off the loader): the loop no longer waits",
+        "the transforms' cost cut to 2 ms (moved off the loader), the same 30 ms step: the "
+        "loop no longer waits (only the fix differs: the realised gain is the fix's)",
         "record",
         ("plain", "--fetch-cpu", "0.002", "--workers", "2", "--step", "0.03", *SECONDS),
         must_not=("input-bound",),
@@ -182,6 +174,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         quick=True,
     ),
     Scenario(
+        "stall-idle-fixed",
+        "the same steps without the hang: the stall's gain, realised",
+        "record",
+        ("plain", "--step", "0.1", "--seconds", "12"),
+        must_not=("stall", "input-bound", "slow-steps"),
+        fixes="stall-idle",
+        quick=True,
+    ),
+    Scenario(
         "stall-busy",
         "100 ms steps, then a 15 s CPU-busy evaluation at step 40",
         "record",
@@ -204,9 +205,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "ends-stalled",
-        "100 ms steps, then it hangs at step 80 until the harness kills it at 25 s",
+        "100 ms steps, then it hangs at step 40 until the harness kills it at 25 s (at "
+        "step 80 the loaded machine reached the hang 2 s before the kill: no stall to see)",
         "record",
-        ("plain", "--step", "0.1", "--hang-at", "80", "--seconds", "60"),
+        ("plain", "--step", "0.1", "--hang-at", "40", "--seconds", "60"),
         must=("stall",),
         must_not=("input-bound",),
         top="stall",
@@ -236,6 +238,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         cause=r"disk writes",
         issue="slow steps averaged away",
         quick=True,
+    ),
+    Scenario(
+        "checkpoint-1s-fixed",
+        "the same steps without the checkpoint writes: the slow steps' gain, realised",
+        "callback",
+        ("lightning", "--step", "0.1", "--seconds", "30"),
+        must_not=("slow-steps", "input-bound", "stall"),
+        fixes="checkpoint-1s",
     ),
     Scenario(
         "checkpoint-0.25s",

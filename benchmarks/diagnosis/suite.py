@@ -149,6 +149,9 @@ class Outcome:
     void: str = ""  # why the premise did not hold
     seconds: float = 0.0
     median_step: Optional[float] = None  # s: the run's median step.seconds
+    mean_step: Optional[float] = None  # s: the run's wall-clock seconds per step
+    predicted: Optional[float] = None  # times: the top finding's gain_times (item 5)
+    verdict: str = ""  # the report's verdict, its label
     live: list[str] = field(default_factory=list)  # the live findings said on stderr
     error: str = ""
 
@@ -193,12 +196,30 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _report(files: list[Path]) -> list[tuple[str, str]]:
+def _report(files: list[Path], o: Outcome) -> list[tuple[str, str]]:
+    """The report's findings (rule, sentence); sets ``o``'s predicted gain and verdict."""
     done = subprocess.run(
         [PYTHON, "-m", "sysmetrics", "report", "--json", *map(str, files)],
         capture_output=True, text=True, env=_env(), timeout=120, check=True,
     )  # fmt: skip
-    return [(f["rule"], f["sentence"]) for f in json.loads(done.stdout)["findings"]]
+    document = json.loads(done.stdout)
+    found = document["findings"]
+    top = [f for f in found if f["rule"] == o.scenario.top]
+    if top:
+        o.predicted = top[0]["evidence"].get("gain_times")
+    if document.get("verdict"):
+        o.verdict = document["verdict"]["label"]
+    return [(f["rule"], f["sentence"]) for f in found]
+
+
+def _mean_step(files: list[Path]) -> Optional[float]:
+    """The run's wall-clock seconds per step, stalls and slow steps included."""
+    from sysmetrics.findings import memo, read_run
+    from sysmetrics.findings.gains import wall_per_step
+
+    with memo():
+        means = [m for f in files if f.exists() and (m := wall_per_step(read_run(f))) is not None]
+    return statistics.mean(means) if means else None  # several nodes: their mean
 
 
 def _median_step(files: list[Path]) -> Optional[float]:
@@ -221,7 +242,7 @@ def run(s: Scenario, work: Path) -> Outcome:
     if s.kind == "crafted":
         path = work / "run.jsonl"
         path.write_bytes(gpu_runs.RUNS[s.name]())
-        out.fired = _report([path])
+        out.fired = _report([path], out)
         out.seconds = time.monotonic() - start
         return out
     cgroup = None
@@ -289,10 +310,11 @@ def run(s: Scenario, work: Path) -> Outcome:
     out.state = watch.state()
     out.void = _void(s, out.state)
     try:
-        out.fired = _report(files)
+        out.fired = _report(files, out)
     except (subprocess.SubprocessError, ValueError, KeyError) as exc:
         out.error = f"report failed: {exc}"
     out.median_step = _median_step(files)
+    out.mean_step = _mean_step(files)
     return out
 
 
@@ -360,8 +382,8 @@ def judge(o: Outcome, all_rules: set[str]) -> Verdict:
 def table(verdicts: list[Verdict], voids: list[Outcome], all_rules: list[str]) -> str:
     """The accuracy table, as text (Markdown)."""
     lines = [
-        "| scenario | fired | label | top cause | result | issue 32 |",
-        "|---|---|---|---|---|---|",
+        "| scenario | fired | label | top cause | result | issue 32 | verdict |",
+        "|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:
         s = v.outcome.scenario
@@ -373,10 +395,12 @@ def table(verdicts: list[Verdict], voids: list[Outcome], all_rules: list[str]) -
             f" (wrong {', '.join(sorted(v.wrong))})" if v.wrong else "") + (
             "" if v.top_right else " (top cause)")  # fmt: skip
         lines.append(f"| {s.name} | {fired} | {label} | "
-                     f"{'right' if v.top_right else 'wrong'} | {result} | {s.issue} |")  # fmt: skip
+                     f"{'right' if v.top_right else 'wrong'} | {result} | {s.issue} | "
+                     f"{v.outcome.verdict} |")  # fmt: skip
     for o in voids:
         lines.append(
-            f"| {o.scenario.name} | - | - | - | void: {o.void or o.error} | {o.scenario.issue} |"
+            f"| {o.scenario.name} | - | - | - | void: {o.void or o.error} | {o.scenario.issue} "
+            f"| {o.verdict} |"
         )
     lines += ["", "| rule | required | fired rightly | fired wrongly | precision | recall |",
               "|---|---|---|---|---|---|"]  # fmt: skip
@@ -408,16 +432,56 @@ def table(verdicts: list[Verdict], voids: list[Outcome], all_rules: list[str]) -
     return "\n".join(lines)
 
 
+GAIN_TOLERANCE = 0.25  # the predicted gain within this share of the realised one ...
+GAIN_TARGET = 0.8  # ... in at least this share of the fixed variants (issue 32 item 5)
+
+
 def gains(outcomes: list[Outcome]) -> str:
-    """The realised speed-up of each fixed variant over its broken scenario."""
+    """Each fixed variant's realised speed-up over its broken scenario, and the predicted.
+
+    Realised: the broken run's wall-clock seconds per step over the fixed run's (every
+    step counted: a slow step or a stall is in it, not the median's). Predicted: the
+    ``gain_times`` of the broken run's top finding (its advice's "up to"). Within
+    :data:`GAIN_TOLERANCE` of each other, or not.
+    """
     by = {o.scenario.name: o for o in outcomes}
-    lines = []
+    lines = [
+        "| broken -> fixed | wall s per step | median step | realised | predicted | error | "
+        "within +-25 % |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    judged = within = 0
     for o in outcomes:
         broken = by.get(o.scenario.fixes)
-        if broken and broken.median_step and o.median_step:
-            lines.append(f"- {o.scenario.fixes} -> {o.scenario.name}: median step "
-                         f"{broken.median_step:.3f} -> {o.median_step:.3f} s, "
-                         f"{broken.median_step / o.median_step:.2f}x faster")  # fmt: skip
+        if broken is None or not broken.mean_step or not o.mean_step:
+            continue
+        realised = broken.mean_step / o.mean_step
+        median = (
+            f"{broken.median_step:.3f} -> {o.median_step:.3f}"
+            if broken.median_step and o.median_step
+            else "-"
+        )
+        if broken.predicted:
+            error = broken.predicted / realised - 1
+            ok = abs(error) <= GAIN_TOLERANCE
+            judged += 1
+            within += ok
+            said = f"{broken.predicted:.2f}x | {error:+.0%} | {'yes' if ok else 'no'}"
+        else:
+            said = "none (no finding of its top rule) | - | no"
+            judged += 1
+        void = " (broken run void)" if broken.void else ""
+        lines.append(
+            f"| {broken.scenario.name} -> {o.scenario.name}{void} | {broken.mean_step:.3f} -> "
+            f"{o.mean_step:.3f} | {median} | {realised:.2f}x | {said} |"
+        )
+    if not judged:
+        return ""
+    lines += [
+        "",
+        f"- predicted gain within +-25 % of the realised: {within} of {judged} "
+        f"({within / judged:.0%}; target >= {GAIN_TARGET:.0%})",
+    ]
     return "\n".join(lines)
 
 
@@ -445,6 +509,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 o = Outcome(BY_NAME[r["name"]], [tuple(f) for f in r["fired"]], r["state"])
                 o.void, o.error, o.seconds = r["void"], r["error"], r["seconds"]
                 o.median_step, o.live = r["median_step"], r["live"]
+                o.mean_step, o.predicted = r.get("mean_step"), r.get("predicted")
+                o.verdict = r.get("verdict", "")
                 o.void = o.void or (_void(o.scenario, o.state) if o.state else "")
                 outcomes.append(o)
         chosen = [o.scenario for o in outcomes]
@@ -453,6 +519,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         outcomes.append(o)
         state = " ".join(f"{k}={v:.2f}" for k, v in o.state.items())
         print(f"{s.name}: {o.seconds:.0f} s; fired {[r for r, _ in o.fired]} "
+              f"verdict {o.verdict!r} "
               f"{state} {('VOID: ' + o.void) if o.void else ''}{o.error}", flush=True)  # fmt: skip
     scored = [o for o in outcomes if not o.void and not o.error]
     verdicts = [judge(o, set(all_rules)) for o in scored]
@@ -468,13 +535,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("\n" + head + "\n\n" + text)
     g = gains(outcomes)
     if g:
-        print("\nRealised gains of the fixed variants (for issue 32 item 5):\n" + g)
+        print("\nPredicted and realised gains of the fixed variants (issue 32 item 5):\n\n" + g)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "head": head, "table": text, "gains": g,
             "scenarios": [{"name": o.scenario.name, "fired": o.fired, "state": o.state,
                            "void": o.void, "error": o.error, "seconds": o.seconds,
-                           "median_step": o.median_step, "live": o.live} for o in outcomes],
+                           "median_step": o.median_step, "mean_step": o.mean_step,
+                           "predicted": o.predicted, "verdict": o.verdict,
+                           "live": o.live} for o in outcomes],
         }, indent=1))  # fmt: skip
     return 0
 

@@ -52,12 +52,14 @@ from sysmetrics.findings.cpu import CONTENTION_MIN_CPUS as CONTENTION_MIN_CPUS
 from sysmetrics.findings.cpu import CONTENTION_SHARE as CONTENTION_SHARE
 from sysmetrics.findings.cpu import CPU_BOUND_PERCENT as CPU_BOUND_PERCENT
 from sysmetrics.findings.cpu import CPU_BOUND_SHARE as CPU_BOUND_SHARE
+from sysmetrics.findings.cpu import SINGLE_CORE_GPU_PERCENT as SINGLE_CORE_GPU_PERCENT
 from sysmetrics.findings.cpu import SINGLE_CORE_HIGH as SINGLE_CORE_HIGH
 from sysmetrics.findings.cpu import SINGLE_CORE_LOW as SINGLE_CORE_LOW
 from sysmetrics.findings.cpu import SINGLE_CORE_SHARE as SINGLE_CORE_SHARE
 from sysmetrics.findings.cpu import contention as contention
 from sysmetrics.findings.cpu import cpu_bound as cpu_bound
 from sysmetrics.findings.cpu import single_core as single_core
+from sysmetrics.findings.gains import advise as advise
 from sysmetrics.findings.machine import DISK_GPU_PERCENT as DISK_GPU_PERCENT
 from sysmetrics.findings.machine import DISK_READ_MIB_S as DISK_READ_MIB_S
 from sysmetrics.findings.machine import DISK_SHARE as DISK_SHARE
@@ -99,6 +101,7 @@ from sysmetrics.findings.training import INPUT_SPAN_SHARE as INPUT_SPAN_SHARE
 from sysmetrics.findings.training import INPUT_WAIT_PERCENT as INPUT_WAIT_PERCENT
 from sysmetrics.findings.training import MAX_STALLS as MAX_STALLS
 from sysmetrics.findings.training import SLOW_FACTOR as SLOW_FACTOR
+from sysmetrics.findings.training import SLOW_LOST_SHARE as SLOW_LOST_SHARE
 from sysmetrics.findings.training import SLOW_SHARE as SLOW_SHARE
 from sysmetrics.findings.training import SPIKE_DISK_MIB_S as SPIKE_DISK_MIB_S
 from sysmetrics.findings.training import SPIKE_FACTOR as SPIKE_FACTOR
@@ -152,6 +155,7 @@ def _findings(run: Run) -> list[Finding]:
     for k, part in nodes:
         for rule in RULES:
             for found in rule.check(part, rule.thresholds):
+                found = advise(part, found)
                 if len(nodes) > 1 and k is not None:
                     subject = found.subject
                     found = replace(
@@ -163,7 +167,9 @@ def _findings(run: Run) -> list[Finding]:
                         ),
                     )
                 out.append(found)
-    out.extend(finding for rule in NODE_RULES for finding in rule.check(run, rule.thresholds))
+    out.extend(
+        advise(run, finding) for rule in NODE_RULES for finding in rule.check(run, rule.thresholds)
+    )
     return out
 
 
@@ -176,7 +182,11 @@ def across_findings(run: Run) -> list[Finding]:
     """
     with memo():
         run.pad()
-        return [finding for rule in NODE_RULES for finding in rule.check(run, rule.thresholds)]
+        return [
+            advise(run, finding)
+            for rule in NODE_RULES
+            for finding in rule.check(run, rule.thresholds)
+        ]
 
 
 def node_findings(run: Run) -> list[Finding]:
@@ -187,4 +197,6 @@ def node_findings(run: Run) -> list[Finding]:
     """
     with memo():
         run.pad()
-        return [finding for rule in RULES for finding in rule.check(run, rule.thresholds)]
+        return [
+            advise(run, finding) for rule in RULES for finding in rule.check(run, rule.thresholds)
+        ]

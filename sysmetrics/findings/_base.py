@@ -59,7 +59,8 @@ class Finding:
     time axis (s since the epoch); None where neither is known. ``subject``: what it is
     about (a GPU, a node, a stall's first step); None where it is about the run as a whole
     (on one node; on one of several, ``Subject("node", k)``). The live findings say each
-    ``(rule, subject)`` once; nothing reads the sentence back.
+    ``(rule, subject)`` once; nothing reads the sentence back. ``advice``: what to change
+    and what it would gain (:mod:`~sysmetrics.findings.gains`; "" where its rule has none).
     """
 
     rule: str
@@ -67,6 +68,7 @@ class Finding:
     evidence: dict[str, float] = field(default_factory=dict)
     span: Optional[Span] = None
     subject: Optional[Subject] = None
+    advice: str = ""
 
 
 def threshold(default: float, constant: str, unit: str, help: str) -> Any:

@@ -24,10 +24,11 @@ CPU_BOUND_SHARE = 0.5  # ... in at least this share of the samples with cpu
 SINGLE_CORE_LOW = 0.75  # CPUs' worth: the job's CPU use between this ...
 SINGLE_CORE_HIGH = 1.25  # ... and this (about one CPU) ...
 SINGLE_CORE_SHARE = 0.5  # ... in at least this share of the samples, with 2 or more CPUs
+SINGLE_CORE_GPU_PERCENT = 80.0  # %: samples where the job's GPUs are this busy are left out
 
 CONTENTION_HOST_PERCENT = 90.0  # %: the host's CPU (mean of its cores) above this ...
 CONTENTION_JOB_PERCENT = 60.0  # %: ... while the job's cpu is below this ...
-CONTENTION_MIN_CPUS = 0.25  # CPUs' worth: ... and above this (the job works, not sleeps) ...
+CONTENTION_MIN_CPUS = 0.15  # CPUs' worth: ... and above this (the job works, not sleeps) ...
 CONTENTION_SHARE = 0.3  # ... in at least this share of the samples with both
 CONTENTION_MEMORY_PERCENT = 90.0  # %: the host's memory above this ...
 CONTENTION_JOB_MEMORY_SHARE = 0.5  # ... with the job holding less than this share of it
@@ -66,6 +67,12 @@ class SingleCoreThresholds:
         "CONTENTION_HOST_PERCENT",
         "%",
         "samples where the host's CPU is above this are left out",
+    )
+    gpu_percent: float = threshold(
+        SINGLE_CORE_GPU_PERCENT,
+        "SINGLE_CORE_GPU_PERCENT",
+        "%",
+        "samples where the job's GPUs are this busy are left out (the GPU sets the pace)",
     )
 
 
@@ -151,7 +158,9 @@ def single_core(run: Run, t: SingleCoreThresholds = SINGLE_CORE) -> list[Finding
     """``single-core``: the job uses about one CPU's worth while more are available.
 
     Not in samples where the host's CPU is saturated (``CONTENTION_HOST_PERCENT``): there
-    the job may get one CPU's worth because others take the rest (``contention``).
+    the job may get one CPU's worth because others take the rest (``contention``); nor
+    where the job's GPUs are at least ``gpu_percent`` busy (``SINGLE_CORE_GPU_PERCENT``):
+    one thread feeding a saturated GPU is the ordinary GPU job, bound by the GPU (issue 32).
     """
     n, source = cpus(run)
     held = run.present("cpu")
@@ -159,10 +168,13 @@ def single_core(run: Run, t: SingleCoreThresholds = SINGLE_CORE) -> list[Finding
         return []
     column = run.columns["cpu"]
     host = host_cpu(run)  # a saturated host has no more CPUs to give: contention, not this
+    gpu = view(run).job_gpu_percent  # a saturated GPU sets the pace: not the CPU
     one = [
         j
         for j in held
-        if t.low <= column[j] * n / 100 <= t.high and not (host[j] or 0.0) > t.host_percent
+        if t.low <= column[j] * n / 100 <= t.high
+        and not (host[j] or 0.0) > t.host_percent
+        and not (gpu[j] or 0.0) >= t.gpu_percent
     ]
     share = len(one) / len(held)
     if share < t.share:
@@ -272,7 +284,9 @@ SINGLE_CORE_RULE = Rule(
     how="with 2 or more CPUs (the `run` line's `cpus`, else the per-core keys): the job's "
     "`cpu` times CPUs / 100 between `low` and `high` in at least `share` of the samples, "
     "leaving out samples where the host's CPU is above `host_percent` (no more CPUs to "
-    "give: that is `contention`)",
+    "give: that is `contention`) and samples where the job's GPUs (`gpu.{i}.gpu` of the "
+    "GPUs with `gpu.process.{i}.*` keys) are at least `gpu_percent` busy (one thread "
+    "feeding a saturated GPU: the GPU sets the pace)",
 )
 
 CONTENTION_RULE = Rule(

@@ -21,6 +21,7 @@ from sysmetrics.findings._base import (
     cpus,
     duration,
     gpu_indices,
+    host_cpu,
     mean,
     present,
     rates,
@@ -28,6 +29,7 @@ from sysmetrics.findings._base import (
     view,
     where,
 )
+from sysmetrics.findings.cpu import CONTENTION_HOST_PERCENT
 from sysmetrics.findings.machine import DISK_READ_MIB_S, SWAP_KEY, THROTTLE_REASONS
 from sysmetrics.runfile import Run, Span
 from sysmetrics.runview import Pace
@@ -51,7 +53,8 @@ STALL_IDLE_PERCENT = 10.0  # %: the job's cpu and GPUs below this while stalled:
 MAX_STALLS = 5  # stall findings at most (the longest)
 
 SLOW_FACTOR = SLOW_MULTIPLE  # a step slower than this many times the run's median is slow ...
-SLOW_SHARE = 0.05  # ... in at least this share of the samples (or step changes)
+SLOW_SHARE = 0.05  # ... in at least this share of the samples (or step changes) ...
+SLOW_LOST_SHARE = 0.05  # ... and their time over the median this share of the steps' time
 SPIKE_FACTOR = 2.0  # a key whose mean during slow steps is this many times its median ...
 SPIKE_POINTS = 20.0  # ... (a % key: this many points above it) coincided with them
 SPIKE_DISK_MIB_S = 10.0  # MiB/s: a disk read or write rate that coincides is at least this
@@ -152,7 +155,13 @@ class SlowStepsThresholds:
         SLOW_SHARE,
         "SLOW_SHARE",
         "share",
-        "... in at least this share of the samples (or step changes)",
+        "... in at least this share of the samples (or step changes) ...",
+    )
+    lost_share: float = threshold(
+        SLOW_LOST_SHARE,
+        "SLOW_LOST_SHARE",
+        "share",
+        "... and the slow steps' time over the median at least this share of all the steps' time",
     )
     spike_factor: float = threshold(
         SPIKE_FACTOR,
@@ -223,14 +232,31 @@ def stall(run: Run, t: StallThresholds = STALL) -> list[Finding]:
             evidence["gpu_percent_mean"] = gpu
             said.append(f"its GPUs {gpu:.0f} %")
         idle = cpu == cpu and cpu < t.idle_percent and not gpu >= t.idle_percent
+        # A job starved of CPU by other processes looks idle too: where the host's CPUs
+        # were saturated meanwhile, its low CPU does not tell a hang from work (issue 32:
+        # a 15 s busy evaluation, starved to 0.16 CPUs, was called a hang).
+        host = host_cpu(run)
+        host_mean = mean(h for j in (samples[1:] or samples) if (h := host[j]) is not None)
+        starved = idle and host_mean > CONTENTION_HOST_PERCENT
+        if starved:
+            evidence["host_cpu_percent_mean"] = host_mean
         meanwhile = ""
         if said:
-            cause = (
+            work = (
+                "work outside the steps (a long evaluation, a checkpoint, data "
+                "preparation) or a busy wait"
+            )
+            hang = (
                 "a hang or a deadlock (a collective waiting for a peer, a lock, a stuck "
                 "data worker)"
+            )
+            cause = (
+                f"{hang}, or {work} starved of CPU: the host's CPUs were {host_mean:.0f} % "
+                "busy with other processes"
+                if starved
+                else hang
                 if idle
-                else "work outside the steps (a long evaluation, a checkpoint, data "
-                "preparation) or a busy wait"
+                else work
             )
             meanwhile = f"; meanwhile {' and '.join(said)}: likely {cause}"
         into = (
@@ -321,6 +347,7 @@ def slow_steps(run: Run, t: SlowStepsThresholds = SLOW_STEPS) -> list[Finding]:
     """``slow-steps``: steps much slower than the run's median, and what coincided."""
     column = run.columns.get("step.seconds")
     paces: list[Pace]
+    steps: dict[int, float]  # the steps each pace stands for, by its first sample
     if column is not None and any(v == v for v in column):
         # A sample's longest step (step.maxSeconds, where the clock kept it) is what is
         # judged: one slow step among many fast ones is not averaged away.
@@ -330,11 +357,14 @@ def slow_steps(run: Run, t: SlowStepsThresholds = SLOW_STEPS) -> list[Finding]:
             for j, v in enumerate(column)
             if v == v
         ]
+        closed = sample_weights(run, "steps")
+        steps = {p.first: closed[p.first] if closed[p.first] > 0 else 1.0 for p in paces}
         source = "samples"
     else:
         seen = view(run)
         stalls = {s.first for s in seen.stalls(STALL)}  # the stall rule's
         paces = [p for p in seen.paces if p.first not in stalls]
+        steps = {p.first: _advanced(run, p) for p in paces}
         source = "step changes of the samples"
     # Each recording's first steps are its warm-up (compilation, the first batch, the
     # workers starting): never slow steps.
@@ -353,6 +383,14 @@ def slow_steps(run: Run, t: SlowStepsThresholds = SLOW_STEPS) -> list[Finding]:
     median = statistics.median(p.seconds for p in paces)
     slow = [p for p in paces if p.least > t.factor * median]
     if not median > 0 or not slow or len(slow) < t.share * len(paces):
+        return []
+    # What they cost: the slow windows' time over the median (at least the slowest
+    # step's own excess), of all the steps' time. A slow step or two of an overloaded
+    # machine in a long run costs little: not worth a finding (issue 32).
+    total = sum(steps[p.first] * p.seconds for p in paces)
+    keyed = source == "samples"
+    lost = sum(_lost(p, steps[p.first], median, keyed) for p in slow)
+    if not total > 0 or lost < t.lost_share * total:
         return []
     during = sorted({j for p in slow for j in p.covered})
     chosen = set(during)
@@ -373,11 +411,30 @@ def slow_steps(run: Run, t: SlowStepsThresholds = SLOW_STEPS) -> list[Finding]:
                 "slowest_seconds": slowest,
                 "slow_samples": float(len(slow)),
                 "samples": float(len(paces)),
+                "lost_share": lost / total,
                 **evidence,
             },
             span,
         )
     ]
+
+
+def _advanced(run: Run, p: Pace) -> float:
+    """The steps a pace of the samples' steps advanced (to the next step's first sample)."""
+    first, last = run.step[p.first], run.step[p.covered[-1]] if p.covered else None
+    return float(last - first) if first is not None and last is not None and last > first else 1.0
+
+
+def _lost(p: Pace, steps: float, median: float, keyed: bool) -> float:
+    """The seconds a slow pace of ``steps`` steps took over ``median`` s per step.
+
+    ``keyed`` (a sample's step keys: ``seconds`` its mean, ``least`` its longest step):
+    the window's time over the median, at least the longest step's own excess. Else
+    (the samples' step changes: ``least`` the least each step took): from the least.
+    """
+    if keyed:
+        return max(steps * (p.seconds - median), p.least - median, 0.0)
+    return max(steps * (p.least - median), 0.0)
 
 
 def _wait_weights(run: Run) -> list[tuple[int, float, float]]:
@@ -529,7 +586,9 @@ STALL_RULE = Rule(
     "step (of `step.seconds`, else between step changes) per step advanced, so steadily "
     "slow steps are none. Its `seconds` are to the step's last sample (the time it "
     "certainly held). The job's mean `cpu` and GPU utilization over it: both "
-    'below `idle_percent`: "a hang or a deadlock"; else work outside the steps '
+    'below `idle_percent`: "a hang or a deadlock" (where the host\'s CPUs were over '
+    "contention's `host_percent` meanwhile, a job starved of CPU looks idle too: both "
+    'causes are said, "starved of CPU"); else work outside the steps '
     "(evaluation, checkpoint) or a busy wait. A run that ends while stalled is one too: "
     "`ended_stalled` = 1 where its `end` line says it did not finish (killed, failed, "
     'timed out) or it has none yet (live: "still at the last sample"); a run that '
@@ -549,7 +608,11 @@ SLOW_STEPS_RULE = Rule(
     "cost time the mean hides.",
     how="a sample's longest step (`step.maxSeconds`, where the callbacks' clock kept it; "
     "else its mean `step.seconds`) above `factor` times the median `step.seconds` in at "
-    "least `share` of the samples with it; each recording's first sample with a step "
+    "least `share` of the samples with it, where those slow samples' time over the "
+    "median (their steps times their mean `step.seconds` less the median, at least the "
+    "longest step's own excess) is at least `lost_share` of all the steps' time (a slow "
+    "step or two in a long run is not worth a finding: `lost_share` in the evidence); "
+    "each recording's first sample with a step "
     "(its warm-up: compilation, the first batch, workers starting) is left out. Without "
     "step keys, from the samples' step changes (stalls left out): a step took at most "
     "the time from its first sample to the next step's, and at least the time to its "

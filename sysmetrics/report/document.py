@@ -8,8 +8,20 @@ version)::
      "x": "step" | "time",                 the axis stalls are placed on
      "left_out": [str, ...],               what the reader left out of the files, in
                                             sentences (Run.left_out; empty: nothing)
+     "verdict": {"bound": str | null,     what bounds the run (findings.verdict's
+                                            CATEGORIES: input, cpu, single-thread,
+                                            gpu-compute, communication,
+                                            framework-overhead, stalled, balanced);
+                                            null: abstained (see could_be, missing)
+        "band": "highly" | "moderately" | null, "share": number | null (%),
+        "label": str, "sentence": str, "shares": {name: number (%)},
+        "could_be": [str, ...], "missing": [str, ...]} | null,
+                                            the run's (across nodes: a straggler's
+                                            communication, else the most severe node's)
      "findings": [                          across nodes first, then each node's
-        {"rule": str, "sentence": str, "evidence": {name: number},
+        {"rule": str, "sentence": str, "advice": str,   what to change and what it would
+                                            gain (findings.gains; "" where none)
+         "evidence": {name: number},
          "span": {"axis": "step" | "time", "first": number, "last": number} | null,
          "node": int | null,                the node whose samples it is about; null:
                                             the whole run (one node, or across nodes)
@@ -21,6 +33,7 @@ version)::
          "seconds": number,                 duration, recordings' gaps left out
          "interval": number | null,         median s between samples
          "steps": {"first": int, "last": int} | null,
+         "verdict": {...} | null,           the node's own, as the run's above
          "stalls": [{"step": int, "next_step": int | null, "seconds": number,
                      "start": number, "ended": bool}, ...],
          "keys": [{"group": str, "key": str, "unit": str, "mean": number,

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from sysmetrics import ledger as ledger_module
 from sysmetrics.findings import Finding, across_findings, findings, memo, node_findings, view
+from sysmetrics.findings.verdict import Verdict, across, verdict
 from sysmetrics.report import data
 from sysmetrics.report.data import AXES, Axis, Row, Series
 from sysmetrics.runfile import Run
@@ -42,6 +43,7 @@ class NodePage:
     series: tuple[Series, ...]
     rows: tuple[Row, ...]
     axis: Axis
+    verdict: Optional[Verdict] = None  # what bounds it (sysmetrics.findings.verdict)
 
     @property
     def steps(self) -> Optional[tuple[int, int]]:
@@ -60,6 +62,7 @@ class NodePage:
             "seconds": _finite(self.view.duration),
             "interval": _finite(self.view.interval),
             "steps": None if steps is None else {"first": steps[0], "last": steps[1]},
+            "verdict": None if self.verdict is None else self.verdict.to_json(),
             "stalls": [
                 {
                     "step": stall.step,
@@ -103,6 +106,13 @@ class Page:
         return len(self.nodes) == 1
 
     @property
+    def verdict(self) -> Optional[Verdict]:
+        """The run's verdict: its one node's, or across its nodes' (:func:`across`)."""
+        if self.single:
+            return self.nodes[0].verdict
+        return across([n.verdict for n in self.nodes if n.verdict is not None], self.across)
+
+    @property
     def found(self) -> Found:
         """The findings across nodes and each node's, as :func:`run_findings` gives them."""
         return list(self.across), {n.node: list(n.findings) for n in self.nodes}
@@ -117,6 +127,7 @@ class Page:
             "files": [os.fspath(f) for f in self.files],
             "x": self.x,
             "left_out": list(self.run.left_out),
+            "verdict": None if (said := self.verdict) is None else said.to_json(),
             "findings": listed,
             "nodes": [n.to_json() for n in self.nodes],
             "ledger": None if self.ledger is None else _finite_tree(self.ledger.to_json()),
@@ -142,6 +153,7 @@ def finding_json(finding: Finding, node: Optional[int]) -> dict[str, Any]:
     return {
         "rule": finding.rule,
         "sentence": finding.sentence,
+        "advice": finding.advice,
         "evidence": {k: _finite(float(v)) for k, v in finding.evidence.items()},
         "span": None
         if span is None
@@ -201,6 +213,7 @@ def build(
                     made,
                     tuple(data.summary(made)),
                     data.axis(part, x, mine),
+                    verdict(part, own.get(node, ())),
                 )
             )
         costs = ledger_module.ledger(

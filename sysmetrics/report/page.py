@@ -20,6 +20,7 @@ from typing import Optional
 
 from sysmetrics.compare import Comparison, baseline_findings, compare
 from sysmetrics.findings import CROSS_NODE_CODES, NO_MATCH, Finding
+from sysmetrics.findings.verdict import Verdict
 from sysmetrics.ledger import Prices
 from sysmetrics.report.data import (
     MAX_ROWS,
@@ -54,9 +55,10 @@ def _finding_html(finding: Finding, start: Optional[float]) -> str:
     evidence = ", ".join(f"{k} = {_number(v)}" for k, v in finding.evidence.items())
     where = _where(finding.span, start)
     detail = "; ".join(part for part in (where, evidence) if part)
+    advice = f" {html.escape(finding.advice)}" if finding.advice else ""
     return (
         f'<li><span class="rule">{html.escape(finding.rule)}</span> '
-        f"{html.escape(finding.sentence)}<br><small>{html.escape(detail)}</small></li>"
+        f"{html.escape(finding.sentence)}{advice}<br><small>{html.escape(detail)}</small></li>"
     )
 
 
@@ -138,6 +140,16 @@ def stall_sentence(stall: Stall) -> str:
     return f"no new step after step {stall.step} for {_duration(stall.seconds)} ({when})"
 
 
+def _verdict_html(said: Optional[Verdict]) -> str:
+    """The verdict, ahead of the findings: its label, then its sentence."""
+    if said is None:
+        return ""
+    return (
+        f'<p class="verdict"><span class="rule">{html.escape(said.label)}</span> '
+        f"{html.escape(said.sentence)}</p>"
+    )
+
+
 def _findings_html(found: Sequence[Finding], start: Optional[float]) -> str:
     if not found:
         return f"<p>{html.escape(NO_MATCH)}</p>"
@@ -179,6 +191,7 @@ def _section(mine: NodePage, pngs: dict[str, bytes], h: int) -> list[str]:
             items.append(f"<li>{more} more recordings</li>")
         parts.append('<ol class="recordings">' + "".join(items) + "</ol>")
     parts.append(f"<h{h}>Findings</h{h}>")
+    parts.append(_verdict_html(mine.verdict))
     parts.append(_findings_html(mine.findings, seen.start))
     parts.append(f"<h{h}>Summary</h{h}><table><tr><th>group</th><th>key</th><th>unit</th>")
     parts.append("<th>mean</th><th>p95</th><th>peak</th><th>total</th></tr>")
@@ -270,6 +283,7 @@ def render_page(page: Page, title: str, pngs: dict[str, bytes]) -> str:
         parts.append(f"<p>{html.escape(said)}</p>")
         start = next((t for t in run.time if t is not None), None)
         parts.append("<h2>Findings across nodes</h2>")
+        parts.append(_verdict_html(page.verdict))
         parts.append(_findings_html(page.across, start))
         for group, png in pngs.items():  # the nodes' speed side by side
             if group.startswith(ALL_NODES + ": "):
