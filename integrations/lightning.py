@@ -103,6 +103,9 @@ class SystemMetricsCallback(RunResults, Callback):
             step=_lightning.logged_step(trainer),
             say=_lightning.say if trainer.is_global_zero else None,
         )
+        # Every rank's steps and arrival at the gradient all-reduce (DDP strategies):
+        # the parameters of the module the strategy wraps are the pl_module's.
+        self.core.watch_arrival(pl_module)
 
     @override
     def on_train_batch_start(
@@ -124,6 +127,12 @@ class SystemMetricsCallback(RunResults, Callback):
         n = self._sizer(batch)
         step = not self._accumulates or _lightning.closes_optimizer_step(trainer)
         self.core.clock.end(n * self._world if n else 0.0, step)
+
+    @override
+    def on_before_backward(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any
+    ) -> None:
+        self.core.forward_end()  # the arrival timing's forward ends here
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

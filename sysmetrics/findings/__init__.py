@@ -70,6 +70,8 @@ from sysmetrics.findings.machine import gpu_throttling as gpu_throttling
 from sysmetrics.findings.machine import memory_limit as memory_limit
 from sysmetrics.findings.machine import swap as swap
 from sysmetrics.findings.machine import unused_gpu as unused_gpu
+from sysmetrics.findings.nodes import ARRIVAL_GAP_SHARE as ARRIVAL_GAP_SHARE
+from sysmetrics.findings.nodes import ARRIVAL_NOISE_TIMES as ARRIVAL_NOISE_TIMES
 from sysmetrics.findings.nodes import STRAGGLER_MIN_NODES as STRAGGLER_MIN_NODES
 from sysmetrics.findings.nodes import STRAGGLER_POINTS as STRAGGLER_POINTS
 from sysmetrics.findings.nodes import STRAGGLER_RATIO as STRAGGLER_RATIO
