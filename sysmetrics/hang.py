@@ -324,11 +324,24 @@ def excerpt(frames: Sequence[Frame]) -> list[str]:
     return out
 
 
+STALL_HEAD = "sysmetrics: no step for {seconds:.0f} s: "  # how every stall line begins
+
+
+def job_ranks(line: str) -> str:
+    """Where each rank was, from a job's stall line (:func:`sysmetrics.progress.job_line`).
+
+    What follows :data:`STALL_HEAD`: ``ranks 3 and 5 are at step 1200 fetching data
+    (node 1); the other 6 ranks wait at step 1201 in all_reduce``.
+    """
+    head = STALL_HEAD.split("{", 1)[0]
+    return line[line.index(": ", len(head)) + 2 :] if line.startswith(head) else line
+
+
 def stall_line(seconds: float, step: int | None, where: Where) -> str:
     """The line said for one process's stall: ``sysmetrics: no step for 75 s: ...``."""
     said = where.phrase().format(step=step if step is not None else "?")
     who = "the command" if where.kind == "kernel" else "the training thread"
-    return f"sysmetrics: no step for {seconds:.0f} s: {who} {said}"
+    return STALL_HEAD.format(seconds=seconds) + f"{who} {said}"
 
 
 # -- the watch ------------------------------------------------------------------------------
@@ -461,7 +474,9 @@ class HangWatch(threading.Thread):
         if channel is not None:
             channel.publish(step, progress.phase, where, now, force=True)
         line = stall_line(stalled, step, where)
-        job = channel.job_line(stalled) if channel is not None and self._say else None
+        # Rank 0 reads every rank's record: its line, and where each rank was for the
+        # run file's record (the stall finding says it).
+        job = channel.job_line(stalled) if channel is not None else None
         if job is not None:
             line = job
         if self._record is not None:
@@ -474,6 +489,7 @@ class HangWatch(threading.Thread):
                     "where": where.what,
                     "stack": excerpt(frames),
                     **({"said": line} if self._say is not None else {}),
+                    **({"ranks": job_ranks(job)} if job is not None else {}),
                 }
             )
         if self._say is not None:

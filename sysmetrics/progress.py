@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sysmetrics.errors import SystemMetricsWarning, quote
-from sysmetrics.hang import LOOK_EVERY, Where
+from sysmetrics.hang import LOOK_EVERY, STALL_HEAD, Where
 
 PUBLISH_EVERY = 5.0  # s between two records of a rank, at most (see publish_every)
 STORE_TIMEOUT = 5.0  # s a store call may wait
@@ -44,7 +44,6 @@ KEY = "sysmetrics/progress/{rank}"
 MAX_RECORD = 1024  # bytes of one record, at most (a longer one is read as none)
 MAX_GROUPS = 6  # groups of ranks named in one line; the rest are counted
 MAX_LINE = 800  # characters of the line at most (cut with "...")
-PREFIX = "sysmetrics: "
 
 
 def publish_every(hang_after: float) -> float:
@@ -198,7 +197,7 @@ def job_line(
     if len(shown) < len(order):
         rest = sum(len(groups[k]) for k in order[len(shown) :])
         parts.append(f"{rest} more ranks elsewhere")
-    line = f"{PREFIX}no step for {seconds:.0f} s: " + "; ".join(parts)
+    line = STALL_HEAD.format(seconds=seconds) + "; ".join(parts)
     return line if len(line) <= MAX_LINE else line[: MAX_LINE - 3] + "..."
 
 

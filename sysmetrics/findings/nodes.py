@@ -112,12 +112,12 @@ _CAUSES = {
 
 @dataclass(frozen=True)
 class RankArrival:
-    """One rank's means over the run (seconds per step; ``peer``: % of step time)."""
+    """One rank's medians over its samples (seconds per step; ``peer``: % of step time)."""
 
     rank: int
     node: Optional[int]
     arrival: float
-    noise: float  # the standard deviation of its samples' arrivals (s)
+    noise: float  # the spread of its samples' arrivals (s; a MAD as a sigma)
     data: float  # s per step waiting for data
     forward: float
     peer: float
@@ -160,33 +160,51 @@ def _rank_series(run: Run) -> dict[int, tuple[Optional[int], dict[str, list[floa
     return out
 
 
+_MAD_SIGMA = 1.4826  # a median absolute deviation as a normal distribution's sigma
+
+
+def _steady(values: list[float]) -> list[float]:
+    """A rank's samples without its first (the warm-up), where there are enough."""
+    return values[1:] if len(values) > MIN_SAMPLES else values
+
+
+def _middle(values: list[float]) -> float:
+    """The median of a rank's steady samples; NaN where there are none."""
+    steady = _steady(values)
+    return statistics.median(steady) if steady else _NAN
+
+
 def arrivals(run: Run, t: StragglerThresholds = STRAGGLER) -> Optional[Arrivals]:
     """The ranks' arrivals at the all-reduce, and the straggler among them (or none).
 
-    None where fewer than two ranks have ``MIN_SAMPLES`` samples of arrival. The last
-    rank (the largest mean ``rank.{r}.step.arrivalSeconds``) is a straggler where it came
-    more than ``arrival_noise_times`` times the run's noise (the median over ranks of the spread
-    of their samples' arrivals) and ``arrival_gap_share`` of the median step after the other
-    ranks' median, and waited for its peers less than their median. Its cause: which of
-    its data wait, forward and backward (to its last gradient) exceeds the other ranks'
-    median by the most.
+    None where fewer than two ranks have ``MIN_SAMPLES`` samples of arrival. Each rank's
+    numbers are the medians of its samples (the first, the warm-up, left out). The last
+    rank (the largest ``rank.{r}.step.arrivalSeconds``) is a straggler where it came more
+    than ``arrival_noise_times`` times the run's noise (the median over ranks of the
+    spread of their samples' arrivals, a median absolute deviation as a sigma) and
+    ``arrival_gap_share`` of the median step after the other ranks' median, and waited
+    for its peers less than their median. Its cause: which of its data wait, forward and
+    backward (to its last gradient) exceeds the other ranks' median by the most.
     """
     ranks: dict[int, RankArrival] = {}
     for rank, (node, series) in _rank_series(run).items():
-        arrival = series.get("step.arrivalSeconds", [])
+        arrival = _steady(series.get("step.arrivalSeconds", []))
         if len(arrival) < MIN_SAMPLES:
             continue
-        seconds = series.get("step.seconds", [])
-        step = statistics.fmean(seconds) if seconds else _NAN
-        waits = series.get("step.dataWaitPercent", [])
+        middle = statistics.median(arrival)
+        spread = _MAD_SIGMA * statistics.median(abs(v - middle) for v in arrival)
+        step = _middle(series.get("step.seconds", []))
+        wait = _middle(series.get("step.dataWaitPercent", []))
         ranks[rank] = RankArrival(
             rank,
             node,
-            statistics.fmean(arrival),
-            statistics.stdev(arrival),
-            statistics.fmean(waits) / 100.0 * step if waits and seconds else 0.0,
-            statistics.fmean(series.get("step.forwardSeconds", [0.0])),
-            statistics.fmean(series.get("step.peerWaitPercent", [_NAN])),
+            middle,
+            spread,
+            wait / 100.0 * step if wait == wait and step == step else 0.0,
+            _middle(series.get("step.forwardSeconds", []))
+            if "step.forwardSeconds" in series
+            else 0.0,
+            _middle(series.get("step.peerWaitPercent", [])),
             step,
         )
     if len(ranks) < 2:
