@@ -341,11 +341,11 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
 
 
 def job(tmp_path: Path, mode: str, ranks: int, options: dict[str, Any],
-        sleep: float) -> tuple[list[str], str]:  # fmt: skip
+        sleep: float, samples: int = 96) -> tuple[list[str], str]:  # fmt: skip
     """Run tests/jobs/hang_job.py; the stall lines rank 0 said, and the job's output."""
     pytest.importorskip("lightning")
     env = {**os.environ, "JOB_SLEEP": str(sleep), "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port())}  # fmt: skip
+           "MASTER_PORT": str(free_port()), "JOB_SAMPLES": str(samples)}  # fmt: skip
     cmd = [sys.executable, str(JOBS / "hang_job.py"), str(tmp_path), mode, str(ranks),
            json.dumps(options)]  # fmt: skip
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
@@ -391,6 +391,34 @@ def test_lightning_ranks_the_live_line_names_the_rank_that_stopped(tmp_path: Pat
         r"\(training_step\); the other 2 ranks wait at step 4 in all_reduce",
         said[0],
     ), said
+
+
+def test_lightning_ranks_the_stall_finding_says_where_every_rank_was(tmp_path: Path) -> None:
+    """Issue 34 item 5: rank 0's stall record keeps where every rank was, and the ``stall``
+    finding of the run file read back says it."""
+    from sysmetrics.findings import findings
+    from sysmetrics.runfile import read_run
+
+    run_file = tmp_path / "run.jsonl"
+    job(
+        tmp_path,
+        "stop",
+        3,
+        {"hang_after": 2, "interval": 0.2, "run_file": str(run_file)},
+        sleep=12,
+        samples=960,
+    )  # steps enough that 12 s is 10 times the median step
+    ranks = (
+        re.escape("rank 2 is at step 4 at hang_job.py:")
+        + r"\d+ \(training_step\); "
+        + (re.escape("the other 2 ranks wait at step 4 in all_reduce"))
+    )
+    (record,) = stalls(run_file)
+    assert re.fullmatch(ranks, record["ranks"]), record
+    (stall,) = [f for f in findings(read_run(run_file)) if f.rule == "stall"]
+    assert re.search("; the hang watch found, live, where every rank was: " + ranks + r"\.$",
+                     stall.sentence), stall.sentence  # fmt: skip
+    assert stall.evidence["found_live"] == 1.0
 
 
 def test_lightning_ranks_a_killed_rank_is_named_as_dead(tmp_path: Path) -> None:
