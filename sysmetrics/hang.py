@@ -44,7 +44,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from typing_extensions import Protocol
@@ -366,6 +366,10 @@ class ProgressChannel(Protocol):
     def job_line(self, seconds: float) -> str | None:
         """Rank 0's line for a stall of ``seconds``; None elsewhere."""
 
+    @property
+    def behind(self) -> dict[int, str]:
+        """Rank 0, after :meth:`job_line`: the ranks behind and where (``progress.behind``)."""
+
     def close(self) -> None:
         """Drop the connection."""
 
@@ -377,6 +381,9 @@ class StepStall:
     since: float  # when the step last moved (time.time(), s since the epoch)
     step: int | None  # the step it stalled at
     where: Where  # where the training thread was when it was found
+    # Rank 0 of several: the ranks that hold the job back, and where ({rank: kind});
+    # the Prometheus exporter serves them (sysmetrics_training_rank_behind_seconds).
+    behind: dict[int, str] = field(default_factory=dict)
 
 
 class HangWatch(threading.Thread):
@@ -477,8 +484,9 @@ class HangWatch(threading.Thread):
         # Rank 0 reads every rank's record: its line, and where each rank was for the
         # run file's record (the stall finding says it).
         job = channel.job_line(stalled) if channel is not None else None
-        if job is not None:
+        if job is not None and channel is not None:
             line = job
+            self._set(replace(self.stall, behind=dict(channel.behind)) if self.stall else None)
         if self._record is not None:
             self._record(
                 {

@@ -418,14 +418,23 @@ def _machine_outlier(nodes: dict[int, Run], t: StragglerThresholds) -> list[Find
 
 STRAGGLER_RULE = Rule(
     code="straggler-node",
-    summary="the node that held the others back, with what explains it on that node",
+    summary="the rank (by its arrival at the all-reduce) or node that held the others back, "
+    "with its cause",
     scope="run",
     live=True,
     thresholds=STRAGGLER,
     check=straggler_node,
     why="In synchronous training every node waits for the slowest: one slow node sets the "
     "pace of all of them.",
-    how="per node (`node{k}/` keys of a callback's gather, or the samples of several nodes: "
+    how="**By arrival** first, over every rank (a callback's DDP run of several ranks, one "
+    "node or several: the `rank.{rank}.step.*` keys): the rank with the latest median "
+    "`step.arrivalSeconds` at the gradient all-reduce is the straggler where it came more "
+    "than `arrival_noise_times` times the run's noise (the ranks' median spread of their "
+    "samples' arrivals) and `arrival_gap_share` of the median step after the other ranks' "
+    "median, and waited for its peers (`step.peerWaitPercent`) less than their median; its "
+    "cause is whichever of its data wait, forward and backward exceeds the others' median "
+    "the most; within the noise: no straggler. Without arrival keys, "
+    "per node (`node{k}/` keys of a callback's gather, or the samples of several nodes: "
     "one file they appended to, or several files read into one run). **Data wait**, 2 "
     "nodes suffice: a node's weighted mean `step.dataWaitPercent` more than `wait_points` "
     "above the other nodes' median (in synchronous training every node's step lasts as "
