@@ -268,13 +268,18 @@ STEPS = Table(
         ),
         # Every rank's (sysmetrics.arrival): several ranks only, on its node's samples.
         SourceRow(
-            ("rank.{rank}.step.seconds", "rank.{rank}.step.dataWaitPercent"),
+            ("rank.{rank}.step.seconds",),
             (
-                ": `step.seconds` and `step.dataWaitPercent` of global rank `rank`, from its "
-                "own step clock (several ranks: each node's sampling process reads its ranks'"
-                "; as of each rank's latest backward). Logged only where `include` names them"
+                ": `step.seconds` of global rank `rank` from its own step clock (several ranks:"
+                " each node's sampling process reads its ranks' as of their latest backward; "
+                "logged only where `include` names them; so are the `rank.` keys below)"
             ),
             ("each rank's step hooks, through a slot in `/dev/shm`",),
+        ),
+        SourceRow(
+            ("rank.{rank}.step.dataWaitPercent",),
+            ": `step.dataWaitPercent` of global rank `rank`, 0..100",
+            ("as above",),
         ),
         SourceRow(
             ("rank.{rank}.step.forwardSeconds", "rank.{rank}.step.arrivalSeconds"),
@@ -300,12 +305,17 @@ STEPS = Table(
             ("an autograd final callback queued after DDP's",),
         ),
         SourceRow(
-            ("step.rankMaxSeconds", "step.maxDataWaitPercent", "step.arrivalSpreadSeconds"),
+            ("step.rankMaxSeconds", "step.arrivalSpreadSeconds"),
             (
-                ": over the node's ranks in the sample: the longest mean step, the highest data"
-                " wait, the last arrival minus the first (with two ranks or more arrived)"
+                ": over the node's ranks in the sample: the longest mean step; the last arrival"
+                " minus the first (where two ranks or more arrived)"
             ),
             ("the `rank.{rank}.step.*` keys",),
+        ),
+        SourceRow(
+            ("step.maxDataWaitPercent",),
+            ": the highest `step.dataWaitPercent` among the node's ranks in the sample",
+            ("as above",),
         ),
     ),
 )
