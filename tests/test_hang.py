@@ -226,6 +226,53 @@ def test_a_silent_rank_is_dead_where_its_process_is_gone_and_silent_elsewhere() 
     )
 
 
+def test_the_ranks_behind_are_those_the_others_wait_for_or_dead() -> None:
+    """Issue 34 item 5: what rank 0's exporter serves during a stall (the alert's ranks)."""
+    records = {r: rec(1201, "collective", "all_reduce", node=r // 4) for r in range(8)}
+    records[3] = rec(1200, "data", node=0)
+    records[5] = rec(1200, "data", node=1)
+    assert progress.behind(records, 8, 1001.0, 10.0, "a") == {3: "data", 5: "data"}
+    same_step = {r: rec(7, "collective", "all_reduce") for r in range(4)}
+    same_step[2] = rec(7, "elsewhere", "train.py:42 (training_step)")
+    assert progress.behind(same_step, 4, 1001.0, 10.0, "a") == {2: "elsewhere"}
+    gone: dict[int, dict[str, Any] | None] = {
+        0: rec(7, "collective", "barrier"),
+        1: rec(6, t=980.0, pid=42),
+        2: rec(6, t=980.0, pid=43, host="b"),
+        3: None,
+    }
+    found = progress.behind(gone, 4, 1001.0, 10.0, "a", alive=lambda pid: pid != 42)
+    assert found == {1: "dead", 2: "silent", 3: "silent"}
+    alike = {r: rec(7, "collective", "all_reduce") for r in range(4)}
+    assert progress.behind(alike, 4, 1001.0, 10.0, "a") == {}  # no rank told apart
+
+
+def test_the_exporter_serves_each_rank_behind_with_where_it_is() -> None:
+    pytest.importorskip("prometheus_client")
+    from sysmetrics import SystemMonitor
+    from sysmetrics.sinks.prometheus import PrometheusExporter
+    from tests.conftest import ScriptedCollector
+
+    scripted = ScriptedCollector({"x": 1.0})
+    scripted.release()
+    monitor = SystemMonitor(interval=0.05, collectors=[scripted])
+    with monitor, PrometheusExporter(monitor, 0) as exporter:
+        assert wait_for(lambda: bool(monitor.latest()), 30)
+        monitor.stall = hang.StepStall(time.time() - 70, 4, Where("collective", "all_reduce"),
+                                       behind={3: "data", 5: "dead"})  # fmt: skip
+        url = f"http://127.0.0.1:{exporter.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            page = r.read().decode()
+        monitor.stall = None
+    found = re.findall(
+        r'^sysmetrics_training_rank_behind_seconds\{.*rank="(\d+)".*where="(\w+)"\} (\S+)$',
+        page,
+        re.M,
+    )
+    assert [(rank, where) for rank, where, _ in found] == [("3", "data"), ("5", "dead")], page
+    assert all(70 <= float(v) < 100 for _, _, v in found)
+
+
 def test_ranks_are_said_as_runs() -> None:
     assert progress.ranks_text([5]) == "rank 5"
     assert progress.ranks_text([5, 3]) == "ranks 3 and 5"

@@ -191,3 +191,40 @@ def test_plain_ddp_arrival_under_gloo(tmp_path: Path) -> None:
     lead = slow.arrival / slow.arrived - fast.arrival / fast.arrived
     assert 0.03 < lead < 0.2, (fast, slow)
     assert slow.peer < fast.peer, (fast, slow)
+
+
+@pytest.mark.gpu
+def test_cuda_arrival_is_read_from_events_without_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA the arrival and the wait come from CUDA events read with ``query()``: no
+    step ever synchronises (every synchronising call raises here), and the backwards'
+    measurements arrive, at most ``CUDA_PENDING`` behind."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from sysmetrics.steptime import StepClock
+
+    def no(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("synchronised")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", no)
+    monkeypatch.setattr(torch.cuda.Event, "synchronize", no)
+    monkeypatch.setattr(torch.cuda.Event, "wait", no)
+    model = torch.nn.Sequential(*(torch.nn.Linear(256, 256) for _ in range(8))).cuda()
+    clock = StepClock()
+    timer = arrival.ArrivalTimer(clock, None)
+    timer.attach(model, forward=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    x = torch.randn(64, 256, device="cuda")
+    clock.restart()
+    steps = 40
+    for _ in range(steps):
+        clock.begin()
+        model(x).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        clock.end()
+    assert not timer.failed and timer._cuda is not None
+    t = timer.totals()
+    assert steps - arrival.CUDA_PENDING - 1 <= t.arrived <= steps - 1, t
+    assert t.arrival > 0.0 and t.peer >= 0.0, t
+    timer.close()
