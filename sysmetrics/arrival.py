@@ -80,10 +80,46 @@ class RankTotals(NamedTuple):
     peer: float  # their waits for peers: last gradient to the backward's end
 
 
+MAX_SWEEP = 10_000  # entries of the slots' folder looked at, at most, for stale slots
+
+
+def _folder() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
 def slot_path(pid: int) -> str:
     """The slot file of the rank whose process is ``pid`` (shared memory where there is)."""
-    folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    return os.path.join(folder, SLOT_NAME.format(pid=pid))
+    return os.path.join(_folder(), SLOT_NAME.format(pid=pid))
+
+
+def sweep(folder: str | None = None) -> int:
+    """Remove the slots of processes that are gone (a rank killed cannot remove its own).
+
+    Called where a slot is made (train start); looks at ``MAX_SWEEP`` entries at most.
+    Returns how many it removed.
+    """
+    head, tail = SLOT_NAME.split("{pid}")
+    removed = 0
+    try:
+        with os.scandir(folder or _folder()) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_SWEEP:
+                    break
+                name = entry.name
+                pid = name[len(head) : -len(tail)]
+                if not (name.startswith(head) and name.endswith(tail) and pid.isdigit()):
+                    continue
+                try:
+                    os.kill(int(pid), 0)
+                except ProcessLookupError:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+                        removed += 1
+                except OSError:  # EPERM: it lives (another user's)
+                    pass
+    except OSError:
+        pass
+    return removed
 
 
 class RankSlot:
@@ -91,6 +127,8 @@ class RankSlot:
 
     def __init__(self, rank: int, path: str | None = None) -> None:
         self.rank = rank
+        if path is None:
+            sweep()
         self.path = path or slot_path(os.getpid())
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

@@ -158,6 +158,20 @@ def test_a_slot_read_while_it_is_rewritten_is_none(tmp_path: Path) -> None:
     slot.close()
 
 
+def test_the_slots_of_processes_gone_are_swept(tmp_path: Path) -> None:
+    """A rank killed cannot remove its slot: the next slot made removes those whose
+    process is gone, and keeps the living's and any other file."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    gone = tmp_path / arrival.SLOT_NAME.format(pid=int(done.stdout))
+    living = tmp_path / arrival.SLOT_NAME.format(pid=os.getpid())
+    other = tmp_path / "sysmetrics-steps-x.slot"
+    for path in (gone, living, other):
+        path.write_bytes(b"\0" * arrival.SLOT.size)
+    assert arrival.sweep(str(tmp_path)) == 1
+    assert not gone.exists() and living.exists() and other.exists()
+
+
 def test_rank_series_reach_the_loggers_only_where_include_asks() -> None:
     from sysmetrics.callback import CallbackCore
 
