@@ -109,6 +109,9 @@ class SystemMetricsCallback(RunResults, Callback):
         # apart from the rest of the time between the batch hooks (the progress bar, ...).
         if (untime := _lightning.time_fetch(trainer, self.core.clock)) is not None:
             undo.append(untime)
+        # Every rank's steps and arrival at the gradient all-reduce (DDP strategies):
+        # the parameters of the module the strategy wraps are the pl_module's.
+        self.core.watch_arrival(pl_module)
 
     @override
     def on_train_batch_start(
@@ -130,6 +133,12 @@ class SystemMetricsCallback(RunResults, Callback):
         n = self._sizer(batch)
         step = not self._accumulates or _lightning.closes_optimizer_step(trainer)
         self.core.clock.end(n * self._world if n else 0.0, step)
+
+    @override
+    def on_before_backward(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any
+    ) -> None:
+        self.core.forward_end()  # the arrival timing's forward ends here
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -96,6 +96,7 @@ class SystemMetricsCallback(RunResults, TrainerCallback):
                 step=state.global_step + 1,
                 say=_transformers.say if state.is_world_process_zero else None,
             )
+            self.core.watch_arrival(kw.get("model"), forward=True)  # DDP: every rank's arrival
             return
         handler, loop_frame = found
         move_to_front(handler.callbacks, self)
@@ -122,6 +123,9 @@ class SystemMetricsCallback(RunResults, TrainerCallback):
         untime = _transformers.time_fetch(trainer, clock) if trainer is not None else None
         if untime is not None:
             undo.append(untime)
+        # Every rank's steps and arrival at the gradient all-reduce (DDP, accelerate): the
+        # model's forward hook ends the forward (the Trainer has no hook before backward).
+        self.core.watch_arrival(kw.get("model"), forward=True)
 
     def on_step_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any

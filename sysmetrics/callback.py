@@ -21,6 +21,7 @@ from typing_extensions import Unpack
 from sysmetrics import _watch, distributed
 from sysmetrics import options as opts
 from sysmetrics._checks import missing_here, one_or_many
+from sysmetrics.arrival import RANK_FAMILY, ArrivalTimer, RankBoard, RankSlot
 from sysmetrics.console_view import console_view
 from sysmetrics.descriptions import split_node
 from sysmetrics.errors import OptionError, OptionTypeError, SystemMetricsWarning, quote
@@ -452,6 +453,38 @@ class CallbackCore:
             return
         run.hang = watch
 
+    def watch_arrival(self, model: Any, forward: bool = False) -> None:
+        """Time this rank's steps and its arrival at the all-reduce (:mod:`sysmetrics.arrival`).
+
+        Called by the adapters after :meth:`start`, on every rank, with the model whose
+        parameters train (``forward``: hook its forward too, where the framework has no
+        hook before the backward). Only in a process group of several ranks; a slot that
+        cannot be made, or a model that cannot be hooked, leaves it out with one
+        :class:`~sysmetrics.SystemMetricsWarning`.
+        """
+        run, dist = self.run, distributed._dist()
+        if run is None or dist is None or model is None or run.arrival is not None:
+            return
+        try:
+            slot = RankSlot(dist.get_rank())
+        except (OSError, ValueError) as exc:
+            warnings.warn(
+                "sysmetrics: this rank's step slot cannot be made, so its node sees no "
+                f"rank.{{r}}.step keys of it: {type(exc).__name__}: {quote(str(exc))}",
+                SystemMetricsWarning,
+                stacklevel=3,
+            )
+            return
+        run.arrival = ArrivalTimer(self.clock, slot)
+        run.arrival.attach(model, forward)
+
+    def forward_end(self) -> None:
+        """The framework starts the backward: the forward ended (for the arrival timing)."""
+        run = self.run
+        arrival = run.arrival if run is not None else None
+        if arrival is not None:
+            arrival.forward_end()
+
     def _open(
         self, run: TrainingSession, own: SystemMonitor | None, run_dir: str | None, step: int | None
     ) -> None:
@@ -481,6 +514,8 @@ class CallbackCore:
         # The step.* keys come from the hooks' marks; the run unsets it on a shared
         # monitor at its end (if it is still this run's).
         monitor.step_timing = run.step_timing = self.clock.read
+        if distributed._dist() is not None:  # the node's ranks' step keys with this one's
+            self.clock.peers = run.board = RankBoard(run.layout.local_pids)
         monitor.job.watch(run.layout.local_pids)  # every rank on this node
         self._open_run_file(run, monitor, run_dir)
         monitor.start()  # idempotent; the user stops a shared one
@@ -670,6 +705,11 @@ class CallbackCore:
         node = split_node(key)  # include/exclude see the plain key
         segment, key = (node.segment + separator, node.key) if node else ("", key)
         if self.include and not any(fnmatch.fnmatchcase(key, p) for p in self.include):
+            return None
+        # Each rank's series only where include names them: the node's aggregates by default.
+        if key.startswith(RANK_FAMILY) and not any(
+            fnmatch.fnmatchcase(key, p) for p in self.include
+        ):
             return None
         if any(fnmatch.fnmatchcase(key, p) for p in self.exclude):
             return None

@@ -228,6 +228,39 @@ DESCRIPTIONS: tuple[Description, ...] = (
                 "% of the optimizer steps completed in the window that took over 3 times the "
                 "running median step (callbacks only; from the 4th sample with steps)",
                 "training_slow_steps_percent", weight="steps"),
+    # Every rank's steps and its arrival at the gradient all-reduce (sysmetrics.arrival),
+    # on its node's samples; then the node's aggregates over its ranks.
+    Description("rank.{rank}.step.seconds", "s", "gauge",
+                "Rank's wall-clock seconds per optimizer step (mean over its steps in the "
+                "window)", "training_rank_step_seconds", prometheus_labels=("rank",),
+                weight="steps"),
+    Description("rank.{rank}.step.dataWaitPercent", "%", "gauge",
+                "% of the rank's step time spent between steps waiting for the next batch",
+                "training_rank_data_wait_percent", prometheus_labels=("rank",),
+                weight="step_seconds"),
+    Description("rank.{rank}.step.forwardSeconds", "s", "gauge",
+                "Rank's seconds per step from the batch's start to its backward's start "
+                "(forward and loss; on CUDA their launches)", "training_rank_forward_seconds",
+                prometheus_labels=("rank",), weight="steps"),
+    Description("rank.{rank}.step.arrivalSeconds", "s", "gauge",
+                "Rank's seconds from the step's start (the previous step's end) until its "
+                "backward produced its last gradient: its arrival at the all-reduce (DDP; "
+                "on CUDA from events, from the previous backward's end)",
+                "training_rank_arrival_seconds", prometheus_labels=("rank",), weight="steps"),
+    Description("rank.{rank}.step.peerWaitPercent", "%", "gauge",
+                "% of the rank's step time spent after its last gradient until the "
+                "all-reduce completed: waiting for its peers (and the last bucket's transfer)",
+                "training_rank_peer_wait_percent", prometheus_labels=("rank",),
+                weight="step_seconds"),
+    Description("step.rankMaxSeconds", "s", "gauge",
+                "The longest mean step among the node's ranks in the window (s)",
+                "training_rank_max_step_seconds"),
+    Description("step.maxDataWaitPercent", "%", "gauge",
+                "The highest data wait share among the node's ranks in the window",
+                "training_rank_max_data_wait_percent"),
+    Description("step.arrivalSpreadSeconds", "s", "gauge",
+                "The node's last rank's arrival at the all-reduce minus its first's (s)",
+                "training_arrival_spread_seconds"),
     # GPUs: NVIDIA (NVML), AMD (rocm-smi, amd-smi), Apple (gpu.0 only).
     *_GPU,
     *(replace(d, key=d.key.replace("gpu.", "gpu.process.", 1), prometheus=None,
@@ -292,7 +325,7 @@ DESCRIPTIONS: tuple[Description, ...] = (
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 _PATTERNS = {"i": "[0-9]+", "j": "[0-9]+", "core": "[0-9]+", "device_id": "[0-9]+",
              "index": "[0-9]+", "path": ".+", "kind": "[^.]+", "name": "[^.]+",
-             "metric": "[^.]+"}  # fmt: skip
+             "metric": "[^.]+", "rank": "[0-9]+"}  # fmt: skip
 """What each placeholder matches: indices are digits, a path anything (dots, slashes)."""
 
 

@@ -44,7 +44,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from typing_extensions import Protocol
@@ -324,11 +324,24 @@ def excerpt(frames: Sequence[Frame]) -> list[str]:
     return out
 
 
+STALL_HEAD = "sysmetrics: no step for {seconds:.0f} s: "  # how every stall line begins
+
+
+def job_ranks(line: str) -> str:
+    """Where each rank was, from a job's stall line (:func:`sysmetrics.progress.job_line`).
+
+    What follows :data:`STALL_HEAD`: ``ranks 3 and 5 are at step 1200 fetching data
+    (node 1); the other 6 ranks wait at step 1201 in all_reduce``.
+    """
+    head = STALL_HEAD.split("{", 1)[0]
+    return line[line.index(": ", len(head)) + 2 :] if line.startswith(head) else line
+
+
 def stall_line(seconds: float, step: int | None, where: Where) -> str:
     """The line said for one process's stall: ``sysmetrics: no step for 75 s: ...``."""
     said = where.phrase().format(step=step if step is not None else "?")
     who = "the command" if where.kind == "kernel" else "the training thread"
-    return f"sysmetrics: no step for {seconds:.0f} s: {who} {said}"
+    return STALL_HEAD.format(seconds=seconds) + f"{who} {said}"
 
 
 # -- the watch ------------------------------------------------------------------------------
@@ -353,6 +366,10 @@ class ProgressChannel(Protocol):
     def job_line(self, seconds: float) -> str | None:
         """Rank 0's line for a stall of ``seconds``; None elsewhere."""
 
+    @property
+    def behind(self) -> dict[int, str]:
+        """Rank 0, after :meth:`job_line`: the ranks behind and where (``progress.behind``)."""
+
     def close(self) -> None:
         """Drop the connection."""
 
@@ -364,6 +381,9 @@ class StepStall:
     since: float  # when the step last moved (time.time(), s since the epoch)
     step: int | None  # the step it stalled at
     where: Where  # where the training thread was when it was found
+    # Rank 0 of several: the ranks that hold the job back, and where ({rank: kind});
+    # the Prometheus exporter serves them (sysmetrics_training_rank_behind_seconds).
+    behind: dict[int, str] = field(default_factory=dict)
 
 
 class HangWatch(threading.Thread):
@@ -461,9 +481,12 @@ class HangWatch(threading.Thread):
         if channel is not None:
             channel.publish(step, progress.phase, where, now, force=True)
         line = stall_line(stalled, step, where)
-        job = channel.job_line(stalled) if channel is not None and self._say else None
-        if job is not None:
+        # Rank 0 reads every rank's record: its line, and where each rank was for the
+        # run file's record (the stall finding says it).
+        job = channel.job_line(stalled) if channel is not None else None
+        if job is not None and channel is not None:
             line = job
+            self._set(replace(self.stall, behind=dict(channel.behind)) if self.stall else None)
         if self._record is not None:
             self._record(
                 {
@@ -474,6 +497,7 @@ class HangWatch(threading.Thread):
                     "where": where.what,
                     "stack": excerpt(frames),
                     **({"said": line} if self._say is not None else {}),
+                    **({"ranks": job_ranks(job)} if job is not None else {}),
                 }
             )
         if self._say is not None:

@@ -277,6 +277,57 @@ STEPS = Table(
             ),
             ("the step hooks' times",),
         ),
+        # Every rank's (sysmetrics.arrival): several ranks only, on its node's samples.
+        SourceRow(
+            ("rank.{rank}.step.seconds",),
+            (
+                ": `step.seconds` of global rank `rank` from its own step clock (several ranks:"
+                " each node's sampling process reads its ranks' as of their latest backward; "
+                "logged only where `include` names them; so are the `rank.` keys below)"
+            ),
+            ("each rank's step hooks, through a slot in `/dev/shm`",),
+        ),
+        SourceRow(
+            ("rank.{rank}.step.dataWaitPercent",),
+            ": `step.dataWaitPercent` of global rank `rank`, 0..100",
+            ("as above",),
+        ),
+        SourceRow(
+            ("rank.{rank}.step.forwardSeconds", "rank.{rank}.step.arrivalSeconds"),
+            (
+                " per step: from the batch's start to the backward's start (the forward and "
+                "loss); from the step's start (the previous step's end) until the rank's "
+                "backward produced its last gradient, its arrival at the gradient all-reduce "
+                "(DDP). On CUDA the arrival is from CUDA events read later without waiting, "
+                "measured from the previous backward's end; the forward is the CPU's (launches)"
+            ),
+            (
+                "`register_post_accumulate_grad_hook` on each trained parameter; the "
+                "framework's before-backward hook or a forward hook",
+            ),
+        ),
+        SourceRow(
+            ("rank.{rank}.step.peerWaitPercent",),
+            (
+                " of the rank's step time spent after its last gradient until the backward "
+                "ended (DDP's final callback waits for the all-reduce): waiting for its peers, "
+                "plus the last bucket's transfer, 0..100"
+            ),
+            ("an autograd final callback queued after DDP's",),
+        ),
+        SourceRow(
+            ("step.rankMaxSeconds", "step.arrivalSpreadSeconds"),
+            (
+                ": over the node's ranks in the sample: the longest mean step; the last arrival"
+                " minus the first (where two ranks or more arrived)"
+            ),
+            ("the `rank.{rank}.step.*` keys",),
+        ),
+        SourceRow(
+            ("step.maxDataWaitPercent",),
+            ": the highest `step.dataWaitPercent` among the node's ranks in the sample",
+            ("as above",),
+        ),
     ),
 )
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sysmetrics.errors import SystemMetricsWarning, quote
-from sysmetrics.hang import LOOK_EVERY, Where
+from sysmetrics.hang import LOOK_EVERY, STALL_HEAD, Where
 
 PUBLISH_EVERY = 5.0  # s between two records of a rank, at most (see publish_every)
 STORE_TIMEOUT = 5.0  # s a store call may wait
@@ -44,7 +44,6 @@ KEY = "sysmetrics/progress/{rank}"
 MAX_RECORD = 1024  # bytes of one record, at most (a longer one is read as none)
 MAX_GROUPS = 6  # groups of ranks named in one line; the rest are counted
 MAX_LINE = 800  # characters of the line at most (cut with "...")
-PREFIX = "sysmetrics: "
 
 
 def publish_every(hang_after: float) -> float:
@@ -198,8 +197,60 @@ def job_line(
     if len(shown) < len(order):
         rest = sum(len(groups[k]) for k in order[len(shown) :])
         parts.append(f"{rest} more ranks elsewhere")
-    line = f"{PREFIX}no step for {seconds:.0f} s: " + "; ".join(parts)
+    line = STALL_HEAD.format(seconds=seconds) + "; ".join(parts)
     return line if len(line) <= MAX_LINE else line[: MAX_LINE - 3] + "..."
+
+
+MAX_BEHIND = 64  # ranks named behind at most (the exporter's series of a stall)
+
+
+def behind(
+    records: Mapping[int, Mapping[str, Any] | None],
+    world: int,
+    now: float,
+    dead_after: float,
+    host: str,
+    alive: Callable[[int], bool] = _alive,
+) -> dict[int, str]:
+    """The ranks that hold the job back during a stall, and where: ``{rank: where}``.
+
+    A rank is behind where it is dead or silent (``"dead"``, ``"silent"``), at a step
+    below the highest rank's, or, all at one step, not waiting in a collective or in
+    backward while others are (``where``: its place's kind, ``"data"``, ``"elsewhere"``,
+    ...). ``MAX_BEHIND`` ranks at most, the lowest. Empty where no rank is told apart
+    (every rank at one step, in one kind of place). Arguments as :func:`job_line`'s.
+    """
+    state: dict[int, tuple[str, int | None]] = {}
+    for rank in range(world):
+        rec = records.get(rank)
+        if rec is None:
+            state[rank] = ("silent", None)
+            continue
+        pid = rec.get("i")
+        if rec.get("h") == host and isinstance(pid, int) and not alive(pid):
+            state[rank] = ("dead", None)
+        elif now - float(rec.get("t", 0.0)) > dead_after:
+            state[rank] = ("silent", None)
+        else:
+            step = rec.get("s")
+            state[rank] = (str(rec.get("k") or "unknown"), step if isinstance(step, int) else None)
+    steps = [s for k, s in state.values() if s is not None]
+    top = max(steps) if steps else None
+    waiting = {"collective", "backward"}
+    someone_waits = any(k in waiting for k, _ in state.values())
+    out: dict[int, str] = {}
+    for rank, (kind, step) in sorted(state.items()):
+        if (
+            kind in ("dead", "silent")
+            or (step is not None and top is not None and step < top)
+            or (someone_waits and kind not in waiting)
+        ):
+            out[rank] = kind
+            if len(out) >= MAX_BEHIND:
+                break
+    return (
+        {} if len(out) == world and not any(k in ("dead", "silent") for k in out.values()) else out
+    )
 
 
 def _record(raw: bytes) -> dict[str, Any] | None:
@@ -261,6 +312,7 @@ class Channel:
         self._last: float | None = None  # when this rank last published (monotonic)
         self._seen: set[int] = set()  # ranks whose key exists
         self.failed = False
+        self.behind: dict[int, str] = {}  # rank 0, during a stall: the ranks behind (see behind)
         self.ops = 0  # store calls made
         self.bytes = 0  # bytes of keys and values sent and received (payload only)
 
@@ -367,7 +419,9 @@ class Channel:
         records = self.read()
         if self._store is None:
             return None
-        return job_line(seconds, records, self.world, time.time(), self.dead_after, self.host)
+        now = time.time()
+        self.behind = behind(records, self.world, now, self.dead_after, self.host)
+        return job_line(seconds, records, self.world, now, self.dead_after, self.host)
 
     def close(self) -> None:
         """Drop the client (its socket closes with it)."""

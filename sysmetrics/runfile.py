@@ -17,7 +17,8 @@ and, between the samples, a ``stall`` record for each stall of the training step
 the hang watch found (:mod:`sysmetrics.hang`)::
 
     {"stall": {"time": s since the epoch, "seconds": s, "step": int or null,
-               "kind": str, "where": str, "stack": [str, ...], "said": str, "node": int}}
+               "kind": str, "where": str, "stack": [str, ...], "said": str,
+               "ranks": str, "node": int}}
 
 - ``run`` is the first line of a recording: ``command`` is the command ``record`` ran
   (a list of arguments; null for a callback), ``host`` the machine's name, ``node`` the
@@ -83,6 +84,7 @@ MAX_KEYS = 10_000  # distinct metric keys kept at most; later new keys are dropp
 MAX_RECORDINGS = 10_000  # recordings (run lines) read at most; reading stops at the next
 BLOCK_ROWS = 4096  # samples of the same keys read as one block before they become columns
 MAX_FIELD_CHARS = 1000  # characters kept of a marker's string field
+MAX_STALLS = 1000  # stall records kept (the first; the findings say the longest stalls)
 MAX_FIELD_ITEMS = 1000  # items kept of a marker's list field
 
 _NAN = math.nan
@@ -382,6 +384,9 @@ class Run:
         self.files: dict[Optional[int], str] = {}  # node -> its run file (read_runs)
         self.left_out: list[str] = []  # what read_run left out, in sentences
         self.dropped_keys: dict[str, int] = {}  # key -> values dropped (over MAX_KEYS)
+        # The stall records (bounded fields, MAX_STALLS at most): where the hang watch
+        # found the training thread, and every rank (its "ranks"), when the step stalled.
+        self.stalls: list[dict[str, Any]] = []
 
     @property
     def columns(self) -> Columns:
@@ -474,6 +479,7 @@ class Run:
             columns.length = len(mine)
             columns[key] = mine
         self.left_out += other.left_out
+        self.stalls += other.stalls[: MAX_STALLS - len(self.stalls)]
         for key, count in other.dropped_keys.items():
             self.dropped_keys[key] = self.dropped_keys.get(key, 0) + count
         self.pad()
@@ -513,6 +519,7 @@ class Run:
             picked = array("d", (column[j] for j in samples))
             if any(v == v for v in picked):
                 out.columns[key] = picked
+        out.stalls = self.stalls
         return out
 
     def by_node(self) -> list[tuple[Optional[int], Run]]:
@@ -673,8 +680,9 @@ def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]
         state.open[rec.node] = state.last
         if rec.node is not None:
             state.nodes.setdefault(rec.node, []).append(state.last)
-    elif isinstance(data.get("stall"), dict):
-        pass  # a stall found live (sysmetrics.hang): no sample, not read back yet
+    elif isinstance(data.get("stall"), dict):  # a stall found live (sysmetrics.hang)
+        if len(run.stalls) < MAX_STALLS:
+            run.stalls.append(_fields(data["stall"]))
     elif isinstance(data.get("end"), dict):
         end = _fields(data["end"])
         node = _integer(end.get("node"))

@@ -49,6 +49,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Optional
 
+from typing_extensions import Protocol
+
 from sysmetrics.collectors.base import BaseCollector
 from sysmetrics.descriptions import weight
 from sysmetrics.errors import SystemMetricsWarning
@@ -89,6 +91,15 @@ class StepWindow(NamedTuple):
 _NO_WINDOW = StepWindow(_ZERO, 0, float("nan"), 0)
 
 
+class RankKeys(Protocol):
+    """The node's ranks' step keys, sampled with this process's (``arrival.RankBoard``)."""
+
+    weights: dict[str, float]  # each key's weight in the latest sample
+
+    def sample(self) -> dict[str, float]:
+        """The keys since the previous sample."""
+
+
 class StepClock:
     """Marks training steps on the training thread; a few hundred ns per mark.
 
@@ -117,7 +128,9 @@ class StepClock:
         "_over",
         "_samples",
         "_wait",
+        "begun",
         "claimed",
+        "peers",
         "slow_above",
         "timed",
         "totals",
@@ -140,6 +153,15 @@ class StepClock:
         # Set by the callback that times the loop's fetch (:meth:`fetched`) for the whole
         # run; else the time between batches is all waiting, and there is no overhead.
         self.timed = False
+        # For sysmetrics.arrival: the latest batch's start (s), and the node's ranks'
+        # step keys, which the step collector adds to this clock's (a RankBoard).
+        self.begun: float | None = None
+        self.peers: RankKeys | None = None
+
+    @property
+    def origin(self) -> float | None:
+        """When the optimizer step under way started (s): the previous one's end, or the restart."""
+        return self._origin
 
     def restart(self) -> None:
         """The training loop starts (again): the next step's time runs from now."""
@@ -153,7 +175,7 @@ class StepClock:
         Where :attr:`timed`, the fetch in it (:meth:`fetched`) was waiting and the rest
         overhead; otherwise all of it was waiting.
         """
-        now = self._clock()
+        now = self.begun = self._clock()
         mark = self._mark
         if mark is not None:
             self._mark = None  # inside the batch's hooks until its end
@@ -329,7 +351,20 @@ class StepCollector(BaseCollector):
         }
 
     def sample(self) -> dict[str, float]:
-        """The mean step over the steps completed since the previous sample; {} if none."""
+        """The mean step over the steps completed since the previous sample; {} if none.
+
+        With the clock's :attr:`StepClock.peers`, every rank's keys of the node too.
+        """
+        self.weights = {}
+        out = self._sample_here()
+        owner = getattr(self._current, "__self__", None)
+        peers = owner.peers if isinstance(owner, StepClock) else None
+        if peers is not None:
+            out.update(peers.sample())
+            self.weights.update(peers.weights)
+        return out
+
+    def _sample_here(self) -> dict[str, float]:
         source = self._source()
         if source is not self._current:  # a new clock: its totals count from zero
             self._current = source

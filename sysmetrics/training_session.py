@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sysmetrics import distributed
+from sysmetrics.arrival import ArrivalTimer, RankBoard
 from sysmetrics.hang import HangWatch
 from sysmetrics.live_findings import LiveFindings
 from sysmetrics.monitor import SystemMonitor
@@ -37,6 +38,8 @@ class TrainingSession:
         self.findings: LiveFindings | None = None  # told live, on the logging process
         self.step_timing: TotalsSource | None = None  # what this run set on the monitor
         self.hang: HangWatch | None = None  # the hang watch, on every rank
+        self.arrival: ArrivalTimer | None = None  # this rank's arrival timing (DDP)
+        self.board: RankBoard | None = None  # the node's ranks' slots, on its sampling rank
         self.cancel_watch: Callable[[], None] | None = None
         self.cleanup: Callable[[], None] | None = None
         self.whole: Reader | None = None  # a reader of the whole run, read at its end
@@ -66,6 +69,9 @@ class TrainingSession:
         hang, self.hang = self.hang, None
         if hang is not None:
             hang.close()  # before the run file closes: its record is written
+        arrival, self.arrival = self.arrival, None
+        if arrival is not None:
+            arrival.close()
         monitor, self.monitor = self.monitor, None
         readers = [self.reader, *self.extra]
         self.reader, self.extra = None, []
@@ -88,5 +94,8 @@ class TrainingSession:
         for reader in readers:
             if reader is not None:
                 reader.close()
+        board, self.board = self.board, None
+        if board is not None:  # after the monitor's last sample
+            board.close()
         if sink is not None:
             sink.close(end=end)

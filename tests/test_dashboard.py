@@ -26,14 +26,19 @@ import pytest
 
 from sysmetrics import deploy_files
 from sysmetrics.descriptions import DESCRIPTIONS
-from sysmetrics.sinks.prometheus import PREFIX, STEP_NAME
+from sysmetrics.sinks.prometheus import BEHIND_NAME, PREFIX, STEP_NAME
 from tests import debian
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = deploy_files.path("grafana/sysmetrics-dashboard.json")
 RULES = deploy_files.path("prometheus/sysmetrics-rules.yml")
 RULES_TEST = deploy_files.path("prometheus/sysmetrics-rules.test.yml")
-EXPORTED = {PREFIX + d.prometheus for d in DESCRIPTIONS if d.prometheus} | {STEP_NAME}
+EXPORTED = {PREFIX + d.prometheus for d in DESCRIPTIONS if d.prometheus} | {STEP_NAME, BEHIND_NAME}
+# Served only by a run of several ranks (every rank's keys; the ranks behind in a stall):
+# absent from the one-process run below.
+SEVERAL_RANKS = {
+    PREFIX + d.prometheus for d in DESCRIPTIONS if d.prometheus and d.key.startswith("rank.")
+} | {BEHIND_NAME}
 METRIC = re.compile(r"\bsysmetrics_[a-z0-9_]+\b")
 RATE = "10s"  # $__rate_interval in the tests: ten scrapes at the test server's 1 s
 
@@ -136,7 +141,7 @@ def test_the_rules_are_alerts_on_exported_series() -> None:
     found = rules()
     assert {r["alert"] for r in found} == {
         "TrainingStalled", "TrainingMemoryNearLimit", "GpuThermalThrottling",
-        "GpuHardwareSlowdown", "TrainingInputBound",
+        "GpuHardwareSlowdown", "TrainingInputBound", "TrainingRankStuck",
     }  # fmt: skip
     stalled = next(r for r in found if r["alert"] == "TrainingStalled")
     assert stalled["expr"] == "rate(sysmetrics_training_step[5m]) == 0"
@@ -290,7 +295,14 @@ def test_every_query_and_alert_returns_data_during_real_training(tmp_path: Path)
                 ]
                 # Every alert: what it compares returns data; the healthy run fires no
                 # stall, while the fake GPU's thermal slowdown and the slow loader do fire.
-                alerts = {r["alert"]: (data(inner(r["expr"])), q(r["expr"])) for r in shipped}
+                alerts = {
+                    r["alert"]: (data(inner(r["expr"])), q(r["expr"]))
+                    for r in shipped
+                    if not set(METRIC.findall(r["expr"])) <= SEVERAL_RANKS
+                }
+                for r in shipped:  # one process: no rank of several, no data (absent)
+                    if set(METRIC.findall(r["expr"])) <= SEVERAL_RANKS:
+                        assert not q(inner(r["expr"])), r["alert"]
                 evaluated = prometheus.wait(lambda: _rule_health(prometheus), 30, "rules")
                 step_before = data(f'sysmetrics_training_step{{run="{RUN}"}}')
                 hold.set()  # the loop stalls
@@ -304,7 +316,10 @@ def test_every_query_and_alert_returns_data_during_real_training(tmp_path: Path)
             loop.join(120)
     assert not loop.is_alive() and not failed, failed
     # Only the series this machine never measured are absent: swap where it has none.
-    assert {m for e in absent for m in METRIC.findall(e)} <= {"sysmetrics_memory_swap_percent"}
+    # (And the series of a run of several ranks: this one is one process.)
+    assert {m for e in absent for m in METRIC.findall(e)} <= {
+        "sysmetrics_memory_swap_percent"
+    } | SEVERAL_RANKS
     assert len(answered) >= 30, len(answered)
     for promql, result in answered.items():
         for labels, _ in result.values():

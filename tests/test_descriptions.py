@@ -135,6 +135,22 @@ def samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Samples
         timed_sample = timed.sample()
     assert {"step.maxSeconds", "step.slowPercent", "step.overheadPercent"} <= timed_sample.keys()
     out["steps"].append((timed, timed_sample))
+    # Several ranks: the node's ranks' keys from their slots, with the clock's own.
+    from sysmetrics.arrival import RankBoard, RankSlot, RankTotals
+
+    slots = [RankSlot(r, str(tmp_path / f"{r}.slot")) for r in (0, 1)]
+    for r, slot in enumerate(slots):
+        slot.write(RankTotals(r, 4, 2.0, 0.5, 4.0, 0.2 + r / 10, 0.1, 0.3))
+    clock.peers = RankBoard([0, 1], lambda pid: str(tmp_path / f"{pid}.slot"))
+    now[0] += 1.0
+    clock.begin()
+    clock.end()
+    ranked = timed.sample()
+    assert "step.seconds" in ranked and "rank.1.step.arrivalSeconds" in ranked
+    out["steps"].append((timed, ranked))
+    clock.peers.close()
+    for slot in slots:
+        slot.close()
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     instances = [GPU("MIG-b0", used=1 << 30, total=10 << 30, is_mig=True),
@@ -432,7 +448,7 @@ def test_describe_never_raises(key: str) -> None:
 _DIGITS = st.integers(min_value=0, max_value=10**6).map(str)
 _NO_DOT = st.text(alphabet=string.ascii_letters + string.digits + "_-:", min_size=1)
 _VALUES = {"i": _DIGITS, "j": _DIGITS, "core": _DIGITS, "device_id": _DIGITS, "index": _DIGITS,
-           "path": st.text(min_size=1), "name": _NO_DOT, "metric": _NO_DOT,
+           "rank": _DIGITS, "path": st.text(min_size=1), "name": _NO_DOT, "metric": _NO_DOT,
            "kind": _NO_DOT.filter(lambda s: s != "max")}  # fmt: skip
 
 

@@ -295,6 +295,12 @@ def test_transformers_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
     assert node1 > node0 + 5, (node0, node1)
     [rank0], [rank1] = calls(tmp_path / "node0", 0), calls(tmp_path / "node1", 1)
     assert rank0 == rank1 == [-1, *loss_steps]
+    # Every rank's own steps and arrival at the gradient all-reduce (issue 34 items 3, 4),
+    # each on its node, where include asks for them.
+    for node, rank in ((0, 0), (1, 1)):
+        for key in ("step.seconds", "step.arrivalSeconds", "step.peerWaitPercent"):
+            name = f"system/node{node}/rank.{rank}.{key}"
+            assert any(name in h for h in history), name
 
 
 @pytest.mark.serial

@@ -226,6 +226,53 @@ def test_a_silent_rank_is_dead_where_its_process_is_gone_and_silent_elsewhere() 
     )
 
 
+def test_the_ranks_behind_are_those_the_others_wait_for_or_dead() -> None:
+    """Issue 34 item 5: what rank 0's exporter serves during a stall (the alert's ranks)."""
+    records = {r: rec(1201, "collective", "all_reduce", node=r // 4) for r in range(8)}
+    records[3] = rec(1200, "data", node=0)
+    records[5] = rec(1200, "data", node=1)
+    assert progress.behind(records, 8, 1001.0, 10.0, "a") == {3: "data", 5: "data"}
+    same_step = {r: rec(7, "collective", "all_reduce") for r in range(4)}
+    same_step[2] = rec(7, "elsewhere", "train.py:42 (training_step)")
+    assert progress.behind(same_step, 4, 1001.0, 10.0, "a") == {2: "elsewhere"}
+    gone: dict[int, dict[str, Any] | None] = {
+        0: rec(7, "collective", "barrier"),
+        1: rec(6, t=980.0, pid=42),
+        2: rec(6, t=980.0, pid=43, host="b"),
+        3: None,
+    }
+    found = progress.behind(gone, 4, 1001.0, 10.0, "a", alive=lambda pid: pid != 42)
+    assert found == {1: "dead", 2: "silent", 3: "silent"}
+    alike = {r: rec(7, "collective", "all_reduce") for r in range(4)}
+    assert progress.behind(alike, 4, 1001.0, 10.0, "a") == {}  # no rank told apart
+
+
+def test_the_exporter_serves_each_rank_behind_with_where_it_is() -> None:
+    pytest.importorskip("prometheus_client")
+    from sysmetrics import SystemMonitor
+    from sysmetrics.sinks.prometheus import PrometheusExporter
+    from tests.conftest import ScriptedCollector
+
+    scripted = ScriptedCollector({"x": 1.0})
+    scripted.release()
+    monitor = SystemMonitor(interval=0.05, collectors=[scripted])
+    with monitor, PrometheusExporter(monitor, 0) as exporter:
+        assert wait_for(lambda: bool(monitor.latest()), 30)
+        monitor.stall = hang.StepStall(time.time() - 70, 4, Where("collective", "all_reduce"),
+                                       behind={3: "data", 5: "dead"})  # fmt: skip
+        url = f"http://127.0.0.1:{exporter.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            page = r.read().decode()
+        monitor.stall = None
+    found = re.findall(
+        r'^sysmetrics_training_rank_behind_seconds\{.*rank="(\d+)".*where="(\w+)"\} (\S+)$',
+        page,
+        re.M,
+    )
+    assert [(rank, where) for rank, where, _ in found] == [("3", "data"), ("5", "dead")], page
+    assert all(70 <= float(v) < 100 for _, _, v in found)
+
+
 def test_ranks_are_said_as_runs() -> None:
     assert progress.ranks_text([5]) == "rank 5"
     assert progress.ranks_text([5, 3]) == "ranks 3 and 5"
@@ -341,11 +388,11 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
 
 
 def job(tmp_path: Path, mode: str, ranks: int, options: dict[str, Any],
-        sleep: float) -> tuple[list[str], str]:  # fmt: skip
+        sleep: float, samples: int = 96) -> tuple[list[str], str]:  # fmt: skip
     """Run tests/jobs/hang_job.py; the stall lines rank 0 said, and the job's output."""
     pytest.importorskip("lightning")
     env = {**os.environ, "JOB_SLEEP": str(sleep), "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port())}  # fmt: skip
+           "MASTER_PORT": str(free_port()), "JOB_SAMPLES": str(samples)}  # fmt: skip
     cmd = [sys.executable, str(JOBS / "hang_job.py"), str(tmp_path), mode, str(ranks),
            json.dumps(options)]  # fmt: skip
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
@@ -391,6 +438,34 @@ def test_lightning_ranks_the_live_line_names_the_rank_that_stopped(tmp_path: Pat
         r"\(training_step\); the other 2 ranks wait at step 4 in all_reduce",
         said[0],
     ), said
+
+
+def test_lightning_ranks_the_stall_finding_says_where_every_rank_was(tmp_path: Path) -> None:
+    """Issue 34 item 5: rank 0's stall record keeps where every rank was, and the ``stall``
+    finding of the run file read back says it."""
+    from sysmetrics.findings import findings
+    from sysmetrics.runfile import read_run
+
+    run_file = tmp_path / "run.jsonl"
+    job(
+        tmp_path,
+        "stop",
+        3,
+        {"hang_after": 2, "interval": 0.2, "run_file": str(run_file)},
+        sleep=12,
+        samples=960,
+    )  # steps enough that 12 s is 10 times the median step
+    ranks = (
+        re.escape("rank 2 is at step 4 at hang_job.py:")
+        + r"\d+ \(training_step\); "
+        + (re.escape("the other 2 ranks wait at step 4 in all_reduce"))
+    )
+    (record,) = stalls(run_file)
+    assert re.fullmatch(ranks, record["ranks"]), record
+    (stall,) = [f for f in findings(read_run(run_file)) if f.rule == "stall"]
+    assert re.search("; the hang watch found, live, where every rank was: " + ranks + r"\.$",
+                     stall.sentence), stall.sentence  # fmt: skip
+    assert stall.evidence["found_live"] == 1.0
 
 
 def test_lightning_ranks_a_killed_rank_is_named_as_dead(tmp_path: Path) -> None:

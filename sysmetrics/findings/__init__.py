@@ -82,6 +82,8 @@ from sysmetrics.findings.memory import CREEP_STEADY as CREEP_STEADY
 from sysmetrics.findings.memory import CREEP_T as CREEP_T
 from sysmetrics.findings.memory import CREEP_WARMUP_SHARE as CREEP_WARMUP_SHARE
 from sysmetrics.findings.memory import memory_creep as memory_creep
+from sysmetrics.findings.nodes import ARRIVAL_GAP_SHARE as ARRIVAL_GAP_SHARE
+from sysmetrics.findings.nodes import ARRIVAL_NOISE_TIMES as ARRIVAL_NOISE_TIMES
 from sysmetrics.findings.nodes import STRAGGLER_MIN_NODES as STRAGGLER_MIN_NODES
 from sysmetrics.findings.nodes import STRAGGLER_POINTS as STRAGGLER_POINTS
 from sysmetrics.findings.nodes import STRAGGLER_RATIO as STRAGGLER_RATIO

@@ -31,7 +31,7 @@ DASH = "\N{EN DASH}"  # between the ends of a span, as in "steps 120-480"
 _NAN = math.nan
 
 
-SubjectKind = Literal["gpu", "node", "step", "resource"]
+SubjectKind = Literal["gpu", "node", "step", "resource", "rank"]
 
 
 class Subject(NamedTuple):

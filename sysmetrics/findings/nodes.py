@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Optional
 
-from sysmetrics.descriptions import family
+from sysmetrics.descriptions import family, split_node
 from sysmetrics.findings._base import (
     MIN_SAMPLES,
     Finding,
@@ -30,10 +31,14 @@ from sysmetrics.findings.training import (
 from sysmetrics.runfile import Run
 from sysmetrics.weights import weighted_mean
 
+_NAN = float("nan")
+
 STRAGGLER_WAIT_POINTS = 15.0  # points: a node's data wait above the other nodes' median by this
 STRAGGLER_RATIO = 1.5  # a node's seconds per step this many times the other nodes' median
 STRAGGLER_POINTS = 25.0  # without step keys: percentage points from the median node's mean
 STRAGGLER_MIN_NODES = 3  # without step keys: nodes needed to name one the odd one out
+ARRIVAL_NOISE_TIMES = 3.0  # times: the last rank's lead past this many times the run's noise
+ARRIVAL_GAP_SHARE = 0.1  # share: ... and past this share of the median step time
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,18 @@ class StragglerThresholds:
         "nodes",
         "without step keys: nodes needed to name the odd one out",
     )
+    arrival_noise_times: float = threshold(
+        ARRIVAL_NOISE_TIMES,
+        "ARRIVAL_NOISE_TIMES",
+        "times",
+        "by arrival: the last rank past the others' median by this many times the run's noise",
+    )
+    arrival_gap_share: float = threshold(
+        ARRIVAL_GAP_SHARE,
+        "ARRIVAL_GAP_SHARE",
+        "share",
+        "by arrival: ... and by at least this share of the median step time",
+    )
     cpu_percent: float = threshold(
         INPUT_CPU_PERCENT,
         "INPUT_CPU_PERCENT",
@@ -82,6 +99,183 @@ class StragglerThresholds:
 
 
 STRAGGLER = StragglerThresholds()
+
+# -- every rank's arrival at the gradient all-reduce (sysmetrics.arrival) -------------------
+
+_RANK = re.compile(r"rank\.([0-9]+)\.(step\..+)")
+_CAUSES = {
+    "data": "waiting for its data",
+    "forward": "in its forward",
+    "backward": "in its backward",
+}
+
+
+@dataclass(frozen=True)
+class RankArrival:
+    """One rank's medians over its samples (seconds per step; ``peer``: % of step time)."""
+
+    rank: int
+    node: Optional[int]
+    arrival: float
+    noise: float  # the spread of its samples' arrivals (s; a MAD as a sigma)
+    data: float  # s per step waiting for data
+    forward: float
+    peer: float
+    step: float
+
+    @property
+    def backward(self) -> float:
+        """Seconds from its backward's start to its last gradient, per step."""
+        return max(0.0, self.arrival - self.data - self.forward)
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """What the ranks' arrivals say: the straggler and its cause, or none (and why)."""
+
+    ranks: dict[int, RankArrival]
+    straggler: Optional[int]  # the rank that held the others back; None: none
+    cause: str  # "data", "forward" or "backward"; "" without a straggler
+    gap: float  # s: the last rank's arrival past the others' median
+    noise: float  # s: the run's noise in arrival (the ranks' median spread)
+    said: str  # "no straggler: ..." or the finding's first words
+
+
+def _rank_series(run: Run) -> dict[int, tuple[Optional[int], dict[str, list[float]]]]:
+    """Each rank's node and its keys' present values (``rank.{r}.step.*``, any node prefix)."""
+    out: dict[int, tuple[Optional[int], dict[str, list[float]]]] = {}
+    for key, column in run.columns.items():
+        split = split_node(key)
+        plain = split.key if split is not None else key
+        m = _RANK.fullmatch(plain)
+        if m is None:
+            continue
+        rank = int(m.group(1))
+        rows = [j for j, v in enumerate(column) if v == v]
+        if not rows:
+            continue
+        node = split.node if split is not None else run.node[rows[0]]
+        entry = out.setdefault(rank, (node, {}))
+        entry[1][m.group(2)] = [column[j] for j in rows]
+    return out
+
+
+_MAD_SIGMA = 1.4826  # a median absolute deviation as a normal distribution's sigma
+
+
+def _steady(values: list[float]) -> list[float]:
+    """A rank's samples without its first (the warm-up), where there are enough."""
+    return values[1:] if len(values) > MIN_SAMPLES else values
+
+
+def _middle(values: list[float]) -> float:
+    """The median of a rank's steady samples; NaN where there are none."""
+    steady = _steady(values)
+    return statistics.median(steady) if steady else _NAN
+
+
+def arrivals(run: Run, t: StragglerThresholds = STRAGGLER) -> Optional[Arrivals]:
+    """The ranks' arrivals at the all-reduce, and the straggler among them (or none).
+
+    None where fewer than two ranks have ``MIN_SAMPLES`` samples of arrival. Each rank's
+    numbers are the medians of its samples (the first, the warm-up, left out). The last
+    rank (the largest ``rank.{r}.step.arrivalSeconds``) is a straggler where it came more
+    than ``arrival_noise_times`` times the run's noise (the median over ranks of the
+    spread of their samples' arrivals, a median absolute deviation as a sigma) and
+    ``arrival_gap_share`` of the median step after the other ranks' median, and waited
+    for its peers less than their median. Its cause: which of its data wait, forward and
+    backward (to its last gradient) exceeds the other ranks' median by the most.
+    """
+    ranks: dict[int, RankArrival] = {}
+    for rank, (node, series) in _rank_series(run).items():
+        arrival = _steady(series.get("step.arrivalSeconds", []))
+        if len(arrival) < MIN_SAMPLES:
+            continue
+        middle = statistics.median(arrival)
+        spread = _MAD_SIGMA * statistics.median(abs(v - middle) for v in arrival)
+        step = _middle(series.get("step.seconds", []))
+        wait = _middle(series.get("step.dataWaitPercent", []))
+        ranks[rank] = RankArrival(
+            rank,
+            node,
+            middle,
+            spread,
+            wait / 100.0 * step if wait == wait and step == step else 0.0,
+            _middle(series.get("step.forwardSeconds", []))
+            if "step.forwardSeconds" in series
+            else 0.0,
+            _middle(series.get("step.peerWaitPercent", [])),
+            step,
+        )
+    if len(ranks) < 2:
+        return None
+    last = max(ranks.values(), key=lambda r: r.arrival)
+    others = [r for r in ranks.values() if r.rank != last.rank]
+    gap = last.arrival - statistics.median(r.arrival for r in others)
+    noise = statistics.median(r.noise for r in ranks.values())
+    steps = [r.step for r in ranks.values() if r.step == r.step]
+    step = statistics.median(steps) if steps else _NAN
+    peers = [r.peer for r in others if r.peer == r.peer]
+    waits_least = not peers or last.peer != last.peer or last.peer < statistics.median(peers)
+    bar = max(t.arrival_noise_times * noise, t.arrival_gap_share * step if step == step else 0.0)
+    if gap <= bar or not waits_least:
+        said = (
+            f"no straggler: the ranks reached the all-reduce within {duration(max(gap, 0.0))} "
+            f"of each other, within the run's own noise ({duration(bar)})"
+            if waits_least
+            else f"no straggler: rank {last.rank} came last but did not wait the least"
+        )
+        return Arrivals(ranks, None, "", gap, noise, said)
+    excess = {
+        "data": last.data - statistics.median(r.data for r in others),
+        "forward": last.forward - statistics.median(r.forward for r in others),
+        "backward": last.backward - statistics.median(r.backward for r in others),
+    }
+    cause = max(excess, key=lambda k: excess[k])
+    where = f" (node {last.node})" if last.node is not None else ""
+    said = (
+        f"Rank {last.rank}{where} reached the gradient all-reduce last, "
+        f"{duration(gap)} after the other ranks' median: it was slow {_CAUSES[cause]} "
+        f"({duration(max(excess[cause], 0.0))} more per step than the others)"
+    )
+    return Arrivals(ranks, last.rank, cause, gap, noise, said)
+
+
+def _rank_finding(run: Run, found: Arrivals, t: StragglerThresholds) -> Finding:
+    rank = found.ranks[found.straggler] if found.straggler is not None else None
+    assert rank is not None
+    others = [r.peer for r in found.ranks.values() if r.rank != rank.rank and r.peer == r.peer]
+    waited = (
+        f"; the others waited for it ({statistics.median(others):.0f} % of their step time "
+        f"against its {rank.peer:.0f} %)"
+        if others and rank.peer == rank.peer
+        else ""
+    )
+    part = run
+    if rank.node is not None:
+        nodes, _ = node_runs(run)
+        part = nodes.get(rank.node, run)
+    said, more = _explain(part, t)
+    why = f"; on its node {', '.join(said)} (contention)" if said else ""
+    return Finding(
+        "straggler-node",
+        f"{found.said}{waited}{why}.",
+        {
+            "rank": float(rank.rank),
+            **({"node": float(rank.node)} if rank.node is not None else {}),
+            "arrival_seconds": rank.arrival,
+            "gap_seconds": found.gap,
+            "noise_seconds": found.noise,
+            "data_seconds": rank.data,
+            "forward_seconds": rank.forward,
+            "backward_seconds": rank.backward,
+            **({"peer_wait_percent": rank.peer} if rank.peer == rank.peer else {}),
+            **more,
+        },
+        view(part).span(range(len(part))),
+        Subject("rank", str(rank.rank), found.cause, rank.node),
+    )
+
 
 _NODE_FAMILIES = {"cpu": "cpu", "gpu.{i}.gpu": "gpu"}  # per node: the job's CPU, each GPU
 
@@ -141,6 +335,9 @@ def straggler_node(run: Run, t: StragglerThresholds = STRAGGLER) -> list[Finding
     node's, and the straggler is the one waiting for its data), else by seconds per step
     (nodes running apart), else, without step keys, the outlier in the machine numbers.
     """
+    ranked = arrivals(run, t)
+    if ranked is not None:  # every rank's arrival at the all-reduce says it (DDP)
+        return [] if ranked.straggler is None else [_rank_finding(run, ranked, t)]
     nodes, gathered = node_runs(run)
     if len(nodes) < 2:
         return []
@@ -221,14 +418,23 @@ def _machine_outlier(nodes: dict[int, Run], t: StragglerThresholds) -> list[Find
 
 STRAGGLER_RULE = Rule(
     code="straggler-node",
-    summary="the node that held the others back, with what explains it on that node",
+    summary="the rank (by its arrival at the all-reduce) or node that held the others back, "
+    "with its cause",
     scope="run",
     live=True,
     thresholds=STRAGGLER,
     check=straggler_node,
     why="In synchronous training every node waits for the slowest: one slow node sets the "
     "pace of all of them.",
-    how="per node (`node{k}/` keys of a callback's gather, or the samples of several nodes: "
+    how="**By arrival** first, over every rank (a callback's DDP run of several ranks, one "
+    "node or several: the `rank.{rank}.step.*` keys): the rank with the latest median "
+    "`step.arrivalSeconds` at the gradient all-reduce is the straggler where it came more "
+    "than `arrival_noise_times` times the run's noise (the ranks' median spread of their "
+    "samples' arrivals) and `arrival_gap_share` of the median step after the other ranks' "
+    "median, and waited for its peers (`step.peerWaitPercent`) less than their median; its "
+    "cause is whichever of its data wait, forward and backward exceeds the others' median "
+    "the most; within the noise: no straggler. Without arrival keys, "
+    "per node (`node{k}/` keys of a callback's gather, or the samples of several nodes: "
     "one file they appended to, or several files read into one run). **Data wait**, 2 "
     "nodes suffice: a node's weighted mean `step.dataWaitPercent` more than `wait_points` "
     "above the other nodes' median (in synchronous training every node's step lasts as "

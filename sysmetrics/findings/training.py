@@ -31,6 +31,7 @@ from sysmetrics.findings._base import (
 )
 from sysmetrics.findings.cpu import CONTENTION_HOST_PERCENT
 from sysmetrics.findings.machine import DISK_READ_MIB_S, SWAP_KEY, THROTTLE_REASONS
+from sysmetrics.hang import Where
 from sysmetrics.runfile import Run, Span
 from sysmetrics.runview import Pace
 from sysmetrics.steptime import SLOW_MULTIPLE
@@ -272,17 +273,52 @@ def stall(run: Run, t: StallThresholds = STALL) -> list[Finding]:
                 ending = ", until the run finished"
             else:
                 ending = ", until the run ended stalled (killed, failed or timed out)"
+        found_live = _found_live(run, s.first, s.last, s.step)
+        if found_live:
+            evidence["found_live"] = 1.0
         out.append(
             Finding(
                 "stall",
                 f"The step stayed at {s.step} for {duration(s.held)} "
-                f"({evidence['share']:.0%} of the run{into}){ending}{meanwhile}.",
+                f"({evidence['share']:.0%} of the run{into}){ending}{meanwhile}{found_live}.",
                 evidence,
                 view(run).span(samples),
                 Subject("step", str(s.step)),
             )
         )
     return out
+
+
+def _found_live(run: Run, first: int, last: int, step: int) -> str:
+    """Where the hang watch found the ranks (or the training thread) during a stall.
+
+    From the run file's ``stall`` records (:mod:`sysmetrics.hang`): the one of the same
+    node at the stall's step, else the first found between the stall's first sample and
+    its last. ``""`` where there is none.
+    """
+    node = run.node[first]
+    start, end = run.time[first], run.time[last]
+    mine = [r for r in run.stalls if r.get("node") in (node, None)]
+    records = [r for r in mine if r.get("step") == step] or [
+        r
+        for r in mine
+        if start is not None
+        and end is not None
+        and isinstance(r.get("time"), (int, float))
+        and start <= r["time"] <= end
+    ]
+    if not records:
+        return ""
+    record = records[0]
+    ranks = record.get("ranks")
+    if isinstance(ranks, str) and ranks:
+        return f"; the hang watch found, live, where every rank was: {ranks}"
+    kind, what = record.get("kind"), record.get("where")
+    if not isinstance(kind, str) or not isinstance(what, str):
+        return ""
+    said = Where(kind, what).phrase().format(step=step)
+    who = "the command" if kind == "kernel" else "the training thread"
+    return f"; the hang watch found, live, that {who} {said}"
 
 
 def _coincided(

@@ -79,6 +79,12 @@ STALL_HELP = (
     "Seconds since the training step last advanced, while the hang watch finds it stalled "
     "(monitor.stall; absent otherwise)"
 )
+BEHIND_NAME = PREFIX + "training_rank_behind_seconds"
+BEHIND_HELP = (
+    "Seconds the training step has been stalled, for each rank that holds the job back "
+    "(behind the others, or dead), where it is: rank 0's hang watch, from every rank's "
+    "progress (monitor.stall.behind; absent otherwise)"
+)
 LABELS = ("host", "node", "run")  # on every series, after the key's own labels
 MAX_RUN = 64  # characters of a run id
 _RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*\Z")
@@ -151,6 +157,13 @@ class _MonitorCollector:
                     STALL_NAME, STALL_HELP, labels=LABELS, unit="seconds"
                 )
                 family.add_metric(self._labels, stalled)
+                behind = self._behind()
+                if behind:
+                    family = families[BEHIND_NAME] = self._families["gauge"](
+                        BEHIND_NAME, BEHIND_HELP, labels=("rank", "where", *LABELS), unit="seconds"
+                    )
+                    for rank, where in behind:
+                        family.add_metric([str(rank), where, *self._labels], stalled)
         shapes: dict[str, tuple[str, tuple[str, ...]]] = {}
         seen: set[tuple[str, tuple[str, ...]]] = set()
         cache = self._series
@@ -224,6 +237,18 @@ class _MonitorCollector:
         except Exception:
             self._fault("monitor.stall could not be read; the stall is left out")
             return None
+
+    def _behind(self) -> list[tuple[int, str]]:
+        """The ranks behind during the stall, and where (``monitor.stall.behind``)."""
+        try:
+            behind: object = getattr(getattr(self._monitor, "stall", None), "behind", None)
+            if not isinstance(behind, dict):
+                return []
+            return [(r, w[:40]) for r, w in sorted(behind.items())
+                    if isinstance(r, int) and isinstance(w, str)]  # fmt: skip
+        except Exception:
+            self._fault("monitor.stall's ranks could not be read; they are left out")
+            return []
 
     def _learn(self, key: str) -> _Series | None:
         """``key``'s series from its description (None: not exported), remembered."""

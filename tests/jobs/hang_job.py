@@ -111,7 +111,8 @@ def main() -> None:
     said = Said(out, kill=mode == "kill")
     logging.getLogger("lightning.pytorch").addHandler(said)
     g = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(96, 8, generator=g), torch.randn(96, 1, generator=g))
+    n = int(os.environ.get("JOB_SAMPLES", "96"))  # more: a run long enough for its findings
+    data = TensorDataset(torch.randn(n, 8, generator=g), torch.randn(n, 1, generator=g))
     callbacks: list[Any] = [SystemMetricsCallback(**options)]
     plugins: list[Any] = []
     if mode == "checkpoint":

@@ -75,7 +75,9 @@ def main() -> None:
     )  # fmt: skip
     trainer = Trainer(
         model=GPT2LMHeadModel(config), args=args, train_dataset=Tokens(192),
-        callbacks=[SystemMetricsCallback(interval=0.05), Marks(0.03 if nodes else 0.1, nodes)],
+        # include "*": every rank's series too (rank.{r}.step.*, left out by default)
+        callbacks=[SystemMetricsCallback(interval=0.05, include=["*"]),
+                   Marks(0.03 if nodes else 0.1, nodes)],
     )  # fmt: skip
     trainer.train()
     rank = int(os.environ["RANK"])
