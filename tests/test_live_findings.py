@@ -18,6 +18,7 @@ import pytest
 
 from sysmetrics import findings, live_findings
 from sysmetrics.collectors.base import BaseCollector
+from sysmetrics.collectors.process import ProcessCollector
 from sysmetrics.errors import SystemMetricsWarning
 from sysmetrics.live_findings import LIVE_MAX_KEYS, LIVE_MAX_VALUES, LiveFindings
 from sysmetrics.monitor import SystemMonitor
@@ -242,7 +243,11 @@ def test_a_real_lightning_run_with_a_slow_dataset_is_told_input_bound_once(
     (after,) = [json.loads(line[6:]) for line in console if line.startswith("AFTER ")]
     whole, last = after["whole"], after["last"]
     assert 0 < whole["step.dataWaitPercent"] <= 100 and whole["proc.memory.rssMB.max"] > 0
-    assert after["age"] == 0.0  # the whole run's cpu, measured at its last sample
+    # The whole run's cpu, measured at its last sample, or at the one before where the
+    # last (at stop) came less than half a clock tick after it, too short a window to
+    # measure cpu over (ProcessCollector.min_cpu_window_s): 4.7 ms once, beside parallel
+    # workers (CI).
+    assert 0.0 <= after["age"] < ProcessCollector.min_cpu_window_s
     (csv_file,) = tmp_path.glob("lightning_logs/version_0/metrics.csv")
     rows = [r for r in csv.DictReader(csv_file.open()) if r.get("system/cpu")]
     assert float(rows[-1]["system/cpu"]) == pytest.approx(last["cpu"])  # the last point
