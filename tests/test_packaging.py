@@ -183,3 +183,29 @@ def test_no_extra_is_named_on_another_distribution() -> None:
         for m in re.finditer(r"(?<![\w-])sysmetrics\[\w+", p.read_text(encoding="utf-8"))
     ]
     assert not wrong, wrong
+
+
+def test_every_module_imports() -> None:
+    """Every module of the package imports on this interpreter (``make pythons`` runs this
+    on the oldest and newest Python declared); one may fail only for an optional
+    dependency this environment lacks (the engine envs have no torch, no framework)."""
+    import importlib
+    import pkgutil
+
+    import sysmetrics
+
+    lacking, names = [], []
+    for info in pkgutil.walk_packages(sysmetrics.__path__, "sysmetrics."):
+        if info.name.endswith("__main__"):
+            continue  # runs the CLI
+        names.append(info.name)
+        try:
+            importlib.import_module(info.name)
+        except ModuleNotFoundError as exc:
+            if not exc.name or exc.name.split(".")[0] == "sysmetrics":
+                raise
+            lacking.append(exc.name.split(".")[0])
+    assert "sysmetrics.integrations.lightning" in names and "sysmetrics.report.model" in names
+    assert set(lacking) <= {"torch", "lightning", "pytorch_lightning", "transformers", "keras",
+                            "accelerate", "tensorflow", "jax", "rich", "ipywidgets", "IPython",
+                            "matplotlib", "numpy", "prometheus_client"}, lacking  # fmt: skip

@@ -216,11 +216,18 @@ def test_a_held_key_goes_once_its_hold_has_passed() -> None:
         m.stop()
 
 
-def test_the_jobs_pss_is_in_every_snapshot_with_its_age() -> None:
-    """The real process collector: PSS read about once a second (less often on a loaded
-    machine, where a reading takes longer), sampled every 0.05 s."""
+def test_the_jobs_pss_is_in_every_snapshot_with_its_age(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real process collector: PSS read about once a second, sampled every 0.05 s."""
     import time
 
+    from sysmetrics.collectors.process import ProcessCollector
+
+    # Readings every pss_interval_s (1 s): the spacing by a reading's duration is
+    # test_pss.py's (test_the_pss_period_rule). Left on, a reading's wall time on a loaded
+    # machine spaced them past this test's 30 s: beside parallel workers at load 16 on 2
+    # CPUs no window got one (CI, 2026-11-27).
+    monkeypatch.setattr(ProcessCollector, "pss_cpu_share", 1.0)
+    monkeypatch.setattr(ProcessCollector, "pss_lock_share", 1.0)
     m = SystemMonitor(interval=0.05).start()
     try:
         logged = m.reader()

@@ -55,7 +55,6 @@ def test_top_in_a_terminal_shows_values_that_change(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     done = threading.Event()
     writer = threading.Thread(target=write_slowly, args=(path, 8, 0.4, done))
-    writer.start()
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "sysmetrics", "top", str(path), "--interval", "0.2"],
@@ -68,6 +67,12 @@ def test_top_in_a_terminal_shows_values_that_change(tmp_path: Path) -> None:
     os.close(slave)
     screen = b""
     try:
+        # The file is written once top shows its first screen: started beside parallel
+        # workers on 2 CPUs, top took longer to start than the writer to finish, and saw
+        # the last sample only (CI, 2026-11-27).
+        if select.select([master], [], [], 120)[0]:
+            screen += os.read(master, 65536)
+        writer.start()
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             ready, _, _ = select.select([master], [], [], 0.5)
@@ -87,7 +92,8 @@ def test_top_in_a_terminal_shows_values_that_change(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
         os.close(master)
-        writer.join()
+        if writer.ident is not None:
+            writer.join()
     text = ANSI.sub(b"", screen).decode()
     assert b"\x1b[" in screen  # Rich redrew the screen in place (cursor moves)
     cpus = re.findall(r"cpu (\d+\.\d)%", text)
