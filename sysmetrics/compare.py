@@ -141,7 +141,7 @@ def _exact_p(u: float, n1: int, n2: int) -> float:
 
 
 @dataclass(frozen=True)
-class Row:
+class ComparedKey:
     """One value of both runs: medians, their difference and whether it is beyond noise.
 
     ``name`` is a key (``gpu.0.powerWatts``) or a derived value (:data:`STEP`, ...);
@@ -188,8 +188,8 @@ class Row:
         }
 
 
-def row(name: str, unit: str, a: Sequence[float], b: Sequence[float]) -> Row:
-    """The :class:`Row` of the windows ``a`` (run A) and ``b`` (run B), tested for noise."""
+def row(name: str, unit: str, a: Sequence[float], b: Sequence[float]) -> ComparedKey:
+    """The :class:`ComparedKey` of the windows ``a`` (run A) and ``b`` (run B), tested for noise."""
     xs = [v for v in a if math.isfinite(v)]
     ys = [v for v in b if math.isfinite(v)]
     ma = statistics.median(xs) if xs else None
@@ -199,10 +199,10 @@ def row(name: str, unit: str, a: Sequence[float], b: Sequence[float]) -> Row:
             "both runs" if len(xs) < MIN_WINDOWS and len(ys) < MIN_WINDOWS
             else "A" if len(xs) < MIN_WINDOWS else "B"
         )  # fmt: skip
-        return Row(name, unit, ma, mb, len(xs), len(ys), None, None, why)
+        return ComparedKey(name, unit, ma, mb, len(xs), len(ys), None, None, why)
     p = mann_whitney(xs, ys)
     assert ma is not None and mb is not None
-    return Row(name, unit, ma, mb, len(xs), len(ys), p, beyond_noise(p, ma, mb, unit))
+    return ComparedKey(name, unit, ma, mb, len(xs), len(ys), p, beyond_noise(p, ma, mb, unit))
 
 
 def beyond_noise(p: float, a: float, b: float, unit: str) -> bool:
@@ -395,8 +395,9 @@ class NodeComparison:
     """One node of A against the same node of B: rows, what was not compared, sentences."""
 
     node: Optional[int]
-    steps: tuple[Row, ...]  # step time, data wait, data wait time, compute, throughput, energy
-    keys: tuple[Row, ...]  # the machine keys both runs have, in key order
+    # step time, data wait, data wait time, compute, throughput, energy
+    steps: tuple[ComparedKey, ...]
+    keys: tuple[ComparedKey, ...]  # the machine keys both runs have, in key order
     only_a: tuple[str, ...]  # keys A has and B lacks
     only_b: tuple[str, ...]
     left_out: int  # machine keys past MAX_KEYS
@@ -404,7 +405,7 @@ class NodeComparison:
     cpus: tuple[Optional[float], Optional[float]]  # CPUs available to the job
     sentences: tuple[str, ...]
 
-    def step(self, name: str) -> Optional[Row]:
+    def step(self, name: str) -> Optional[ComparedKey]:
         """The row ``name`` (:data:`STEP`, :data:`WAIT`, ...), None where there is none."""
         return next((r for r in self.steps if r.name == name), None)
 
@@ -514,7 +515,7 @@ def _nodes_said(ids: Sequence[Optional[int]]) -> str:
 
 
 def _node(node: Optional[int], va: RunView, vb: RunView) -> NodeComparison:
-    steps: list[Row] = []
+    steps: list[ComparedKey] = []
     ta, source_a = step_times(va)
     tb, source_b = step_times(vb)
     if ta or tb:
@@ -582,7 +583,7 @@ def value(v: Optional[float], unit: str) -> str:
     return f"{v:.3g} {unit}".rstrip()
 
 
-def _arrow(r: Row) -> str:
+def _arrow(r: ComparedKey) -> str:
     return f"{value(r.a, r.unit)} -> {value(r.b, r.unit)}"
 
 

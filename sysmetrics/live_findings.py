@@ -18,8 +18,8 @@ A finding is said once per ``(rule, subject)`` (its code and its typed
 run as a whole): a later finding with the same pair is the same finding, whatever its
 sentence says now (a longer span, a higher share, another likely cause); a second stall
 starts at another step, so it is another. Nothing reads the sentences back. The rules
-whose declaration says ``live=False`` (``unused-gpu``: only the whole run decides it)
-are not said live.
+whose declaration says ``live=False`` (``unused-gpu``, ``slow-steps``, ``memory-creep``:
+only the whole run decides them) are not said live.
 
 Memory. The store keeps, per key, an ``array('d')`` of values aligned with shared time,
 monotonic-clock, step and weight columns (the keys interned). It keeps at most

@@ -274,13 +274,21 @@ def test_a_full_pids_max_costs_only_the_pss_keys_while_it_lasts(pids_cgroup: Pat
 
 
 class Clock:
-    """A ``time.monotonic`` that stands still but where the test (or a read) moves it."""
+    """A ``time.monotonic`` that stands still but where the test (or a read) moves it.
 
-    def __init__(self) -> None:
+    ``thread_time`` (the reading thread's CPU time) moves with it unless ``cpu`` is False:
+    a read that waits (for a CPU on a loaded host, for the GIL) rather than works.
+    """
+
+    def __init__(self, cpu: bool = True) -> None:
         self.now = 1000.0
+        self.cpu = cpu
 
     def monotonic(self) -> float:
         return self.now
+
+    def thread_time(self) -> float:
+        return self.now if self.cpu else 0.0
 
 
 class TimedPss(PsutilSource):
@@ -340,6 +348,22 @@ def test_the_next_reading_waits_for_the_period_its_reads_call_for(
     # Reported once: by this sample if the reading ended before it returned, else the next.
     reported = [s for s in (starting, collector.sample()) if s.keys() & PSS_KEYS]
     assert len(reported) == 1 and reported[0].keys() >= PSS_KEYS, reported
+
+
+def test_a_reading_that_waited_rather_than_worked_is_not_spaced_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression (CI under parallel workers): a reading's wall time was taken for its CPU
+    time, so on a loaded host, where the reading thread waits for a CPU, each 50 ms of
+    waiting spaced the next reading 5 s (100 x), and PSS went missing from runs of a few
+    seconds. The 1 % share is of the reader's CPU time (the thread's own)."""
+    clock = Clock(cpu=False)
+    monkeypatch.setattr("sysmetrics.collectors.process.time", clock)
+    monkeypatch.setattr("sysmetrics.collectors.process._walk_time", clock.thread_time)
+    source = TimedPss(clock, 0.05)
+    collector = ProcessCollector(source, os.getpid(), track_process_tree=False)
+    assert collector.sample().keys() >= PSS_KEYS
+    assert collector._pss_period == pytest.approx(collector.pss_interval_s)
 
 
 def test_the_runnable_time_of_a_thread_counts_its_cpu_and_never_goes_back(

@@ -163,6 +163,10 @@ def test_the_step_collector_weighs_each_key_as_its_description_says() -> None:
         "step.maxSeconds": "sample",
         "step.slowPercent": "steps",
         "step.overheadPercent": "step_seconds",
+        # the node's ranks (sysmetrics.arrival): a max or a spread over them per window
+        "step.rankMaxSeconds": "sample",
+        "step.maxDataWaitPercent": "sample",
+        "step.arrivalSpreadSeconds": "sample",
     }
     assert {weight("cpu"), weight("step.seconds.max"), weight("no.such.key")} == {"sample"}
 

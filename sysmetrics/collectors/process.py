@@ -69,7 +69,7 @@ class ProcessCollector(BaseCollector):
       ``mmap``/``munmap`` calls wait for the walk: it is read on a thread of its own, at
       once at the first sample and when the roots change, then at the first sample once
       :meth:`pss_period` has passed since the latest reading began: ``pss_interval_s``
-      (1 s), but never sooner than 100 times that reading's duration (the reader's CPU:
+      (1 s), but never sooner than 100 times that reading's CPU time (the reader's own:
       at most 1 % of a core, ``pss_cpu_share``) nor than 400 times the longest walk of
       one process in it (that process's lock held at most 0.25 % of the time,
       ``pss_lock_share``). Each
@@ -130,8 +130,8 @@ class ProcessCollector(BaseCollector):
             root's start (five ticks: that start is known to the tick).
         pss_interval_s: seconds at least between two readings of the proportional set
             size; more where :meth:`pss_period` says so.
-        pss_cpu_share: the share of wall time (0.01: 1 % of a core) the readings may
-            take (a reading's duration over the period, :meth:`pss_period`).
+        pss_cpu_share: the share of one core (0.01: 1 %) the readings may take (a
+            reading's CPU time over the period, :meth:`pss_period`).
         pss_lock_share: the share of wall time (0.0025: 0.25 %) the readings may hold
             one process's mmap lock (its longest walk over the period).
         pss_retry_s: seconds before a reading that failed for now is tried again, doubled
@@ -396,7 +396,8 @@ class ProcessCollector(BaseCollector):
     def pss_period(self, took: float, longest: float) -> float:
         """Seconds from the start of a PSS reading to the start of the next one.
 
-        ``took`` is the reading's duration (seconds, wall time, all its processes) and
+        ``took`` is the reading's CPU time (seconds, the reading thread's, all its
+        processes: on a loaded host its waits for a CPU would space readings for nothing) and
         ``longest`` the longest walk of one process among them (seconds the reading
         thread was runnable over that process's read, on the CPU or waiting for one: the
         kernel's walk of its page tables, during which its mmap lock is held, preempted
@@ -445,6 +446,7 @@ class ProcessCollector(BaseCollector):
         total: int | None = 0
         longest = 0.0  # seconds runnable, the longest walk of one process
         failed: BaseException | None = None
+        cpu = time.thread_time()  # the reading's own CPU time, not its waits for a CPU
         try:
             for pid in pids:
                 start = _walk_time()
@@ -471,7 +473,7 @@ class ProcessCollector(BaseCollector):
                     self._pss, self._pss_time, self._pss_roots = total, began, roots
                     self._pss_new = True
                     self._pss_failures = 0
-                    self._pss_period = self.pss_period(end - began, longest)
+                    self._pss_period = self.pss_period(time.thread_time() - cpu, longest)
 
     def _own(self, st: ProcStat) -> float:
         if self.track_process_tree:

@@ -144,13 +144,13 @@ class Arrivals:
 def _rank_series(run: Run) -> dict[int, tuple[Optional[int], dict[str, list[float]]]]:
     """Each rank's node and its keys' present values (``rank.{r}.step.*``, any node prefix)."""
     out: dict[int, tuple[Optional[int], dict[str, list[float]]]] = {}
-    for key, column in run.columns.items():
+    for key in run.columns:  # the keys alone: a sparse key's column is made only if read
         split = split_node(key)
         plain = split.key if split is not None else key
         m = _RANK.fullmatch(plain)
         if m is None:
             continue
-        rank = int(m.group(1))
+        rank, column = int(m.group(1)), run.columns[key]
         rows = [j for j, v in enumerate(column) if v == v]
         if not rows:
             continue

@@ -24,9 +24,9 @@ from sysmetrics.compare import (
     MIN_CHANGE,
     MIN_POINTS,
     MIN_WINDOWS,
+    ComparedKey,
     Comparison,
     NodeComparison,
-    Row,
     compare,
     value,
 )
@@ -157,7 +157,7 @@ tr:nth-child(even){background:#f4f6f8}th{background:#e8ecf0}
 """
 
 
-def _cells(r: Row) -> str:
+def _cells(r: ComparedKey) -> str:
     diff = r.difference
     ratio = r.ratio
     if r.beyond is None:
