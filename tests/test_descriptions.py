@@ -105,7 +105,7 @@ def samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Samples
     ]
     out: Samples = {"host": [(c, c.sample()) for c in host]}
     threads = ProcessCollector(source, pid)  # the busiest thread: from its second reading on
-    threads.thread_window_s = 0.0
+    threads.thread_window_s, threads.thread_cpu_share = 0.0, math.inf  # read at each sample
     threads.sample()
     out["host"].append((threads, threads.sample()))
     rapl_root = tmp_path / "powercap"

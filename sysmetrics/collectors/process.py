@@ -65,7 +65,10 @@ class ProcessCollector(BaseCollector):
       (``/proc/<pid>/task/<tid>/stat`` of each thread of the job's live processes),
       read at most once per ``thread_window_s`` (0.45 s: the counters move in 10 ms
       ticks, so a shorter window would err by more; a 0.5 s interval still reads at
-      every sample whatever the timer jitter), the samples in between without it. Left
+      every sample whatever the timer jitter) and never sooner than 2000 times the
+      previous reading's CPU time (``thread_cpu_share``: 0.05 % of a core; a reading
+      costs about 12 µs per thread, so a job of 64 threads is read every 1.6 s, every
+      other sample at 1 s), the samples in between without it. Left
       out (never guessed) where the job has more than ``max_threads`` threads (the
       reads are bounded), on the first reading, and where a thread older than the
       previous reading was not read then (a process that just joined the job: it could
@@ -151,6 +154,8 @@ class ProcessCollector(BaseCollector):
         pss_retry_s: seconds before a reading that failed for now is tried again, doubled
             after each failure in a row up to ``pss_retry_max_s`` seconds.
         thread_window_s: seconds at least between two readings of the threads' CPU.
+        thread_cpu_share: the share of a core (0.0005: 0.05 %) the readings may take
+            (the previous reading's CPU time over the period until the next).
         max_threads: threads of the job read at most per reading; more: no reading.
 
     """
@@ -193,9 +198,10 @@ class ProcessCollector(BaseCollector):
     pss_retry_max_s = 60.0
     # The busiest thread's CPU (proc.cpu.busiestThreadPercent): thread CPU times move in
     # 10 ms ticks, so a window of 0.45 s errs by 2.2 % at most; one file read per thread
-    # (benchmarks/thread_tick.py: the cost per tick at 8, 64 and 256 threads), at most
-    # max_threads of them per reading.
+    # (benchmarks/thread_tick.py: 0.1 ms at 8 threads, 0.8 at 64, 3.2 at 256), at most
+    # max_threads of them per reading, spaced so that they take 0.05 % of a core.
     thread_window_s = 0.45
+    thread_cpu_share = 0.0005
     max_threads = 256
 
     def __init__(
@@ -243,6 +249,7 @@ class ProcessCollector(BaseCollector):
         self._threads_on = isinstance(source, ProcfsSource)
         self._threads: dict[tuple[int, int], tuple[float, float]] | None = None
         self._threads_time = -math.inf
+        self._threads_period = self.thread_window_s  # seconds until the next reading
         self._threads_clock = 0.0
 
     @property
@@ -509,11 +516,12 @@ class ProcessCollector(BaseCollector):
         """The CPU of the job's busiest thread since the previous reading, % of one CPU.
 
         None where not read now (see ``proc.cpu.busiestThreadPercent`` in the class doc):
-        within ``thread_window_s`` of the previous reading, more than ``max_threads``
+        within the period of the previous reading (``thread_window_s``, or more where
+        the reading's CPU time needs it: ``thread_cpu_share``), more than ``max_threads``
         threads (``count``, from the processes' counters: nothing is listed then), the
         first reading, a thread older than the previous reading unseen by it.
         """
-        if not self._threads_on or time.monotonic() - self._threads_time < self.thread_window_s:
+        if not self._threads_on or time.monotonic() - self._threads_time < self._threads_period:
             return None
         if count > self.max_threads:
             self._threads = None  # the next reading has nothing to measure from
@@ -521,7 +529,7 @@ class ProcessCollector(BaseCollector):
         source = self.source
         assert isinstance(source, ProcfsSource)
         clock = source.clock()
-        start = time.monotonic()
+        start, cpu_start = time.monotonic(), time.thread_time()
         now: dict[tuple[int, int], tuple[float, float]] = {}
         try:
             for pid, (st, _) in stats.items():
@@ -545,6 +553,8 @@ class ProcessCollector(BaseCollector):
             )
             return None
         mono = (start + time.monotonic()) / 2
+        took = time.thread_time() - cpu_start  # CPU time: waits for the GIL left out
+        self._threads_period = max(self.thread_window_s, took / self.thread_cpu_share)
         before, since, born_after = self._threads, mono - self._threads_time, self._threads_clock
         self._threads, self._threads_time, self._threads_clock = now, mono, clock
         if before is None or not since > 0:

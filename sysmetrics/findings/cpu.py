@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from sysmetrics.findings._base import (
@@ -171,7 +170,10 @@ def single_core(run: Run, t: SingleCoreThresholds = SINGLE_CORE) -> list[Finding
     ``thread_share`` of the job's CPU (``SINGLE_CORE_THREAD_SHARE``): there the job may get
     one CPU's worth because others take the rest (``contention``), and the busiest thread
     tells one thread doing the work from several sharing what others left (issue 32: one
-    cause hid another); without the key, such samples are left out. Not where the job's
+    cause hid another); without the key, such samples are left out. A run with the key
+    lacks it in some samples (read at most every 0.45 s, less often for many threads):
+    such a saturated sample at one CPU's worth is left out of the share's count, neither
+    for nor against. Not where the job's
     GPUs are at least ``gpu_percent`` busy (``SINGLE_CORE_GPU_PERCENT``): one thread
     feeding a saturated GPU is the ordinary GPU job, bound by the GPU (issue 32).
     """
@@ -184,19 +186,22 @@ def single_core(run: Run, t: SingleCoreThresholds = SINGLE_CORE) -> list[Finding
     thread = run.columns.get(BUSIEST_THREAD_KEY)  # ... unless one thread did the work
     gpu = view(run).job_gpu_percent  # a saturated GPU sets the pace: not the CPU
 
-    def one_thread(j: int, used: float) -> bool:
-        """Whether sample ``j``'s busiest thread used ``thread_share`` of ``used`` CPUs."""
-        busiest = thread[j] if thread is not None else math.nan
-        return busiest == busiest and busiest / 100 >= t.thread_share * used
-
-    one = [
-        j
-        for j in held
-        if t.low <= (used := column[j] * n / 100) <= t.high
-        and (not (host[j] or 0.0) > t.host_percent or one_thread(j, used))
-        and not (gpu[j] or 0.0) >= t.gpu_percent
-    ]
-    share = len(one) / len(held)
+    one: list[int] = []
+    unread = 0  # samples it would count on a thread reading the run has not there
+    for j in held:
+        used = column[j] * n / 100
+        if not t.low <= used <= t.high or (gpu[j] or 0.0) >= t.gpu_percent:
+            continue
+        if not (host[j] or 0.0) > t.host_percent:
+            one.append(j)
+        elif thread is not None:  # without the key at all: left out, as before it existed
+            busiest = thread[j]
+            if busiest != busiest:  # not read in this sample (every k-th at most)
+                unread += 1
+            elif busiest / 100 >= t.thread_share * used:
+                one.append(j)
+    judged = len(held) - unread
+    share = len(one) / judged if judged >= MIN_SAMPLES else 0.0
     if share < t.share:
         return []
     level = mean(column[j] for j in one)
@@ -209,7 +214,7 @@ def single_core(run: Run, t: SingleCoreThresholds = SINGLE_CORE) -> list[Finding
             f"{level * n / 100:.2f} CPUs) in {share:.0%} of the samples ({where(run, span)}) "
             f"while {n:g} were {counted}: one thread does the work (the GIL, a loader "
             "with no workers, a single-threaded library).",
-            {"cpu_percent_mean": level, "cpus": n, "share": share, "samples": float(len(held))},
+            {"cpu_percent_mean": level, "cpus": n, "share": share, "samples": float(judged)},
             span,
         )
     ]
@@ -306,7 +311,9 @@ SINGLE_CORE_RULE = Rule(
     "leaving out samples where the host's CPU is above `host_percent` (no more CPUs to "
     "give: that is `contention`) unless the job's busiest thread "
     "(`proc.cpu.busiestThreadPercent`, % of one CPU) used at least `thread_share` of the "
-    "job's CPUs' worth there (one thread did the work: both are said), and samples "
+    "job's CPUs' worth there (one thread did the work: both are said; such a sample "
+    "without a reading of the key, where the run has it, is left out of the count), "
+    "and samples "
     "where the job's GPUs (`gpu.{i}.gpu` of the GPUs with `gpu.process.{i}.*` keys) are "
     "at least `gpu_percent` busy (one thread "
     "feeding a saturated GPU: the GPU sets the pace)",
