@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from sysmetrics.collectors.process import ProcessCollector
+
 
 @dataclass(frozen=True)
 class SourceRow:
@@ -72,6 +74,19 @@ HOST = Table(
             ("proc.cpu.threads",),
             " (threads of the process tree)",
             ("`/proc/<pid>/stat` / `psutil.Process.num_threads`",),
+        ),
+        SourceRow(
+            ("proc.cpu.busiestThreadPercent",),
+            (
+                " of one CPU (0..100), the job's busiest thread since the previous reading: "
+                "one thread doing the work (the GIL) reads about 100 where the job gets one "
+                f"CPU's worth. Linux only; read at most every {ProcessCollector.thread_window_s:g}"
+                " s (the samples in between without it) and only where the job has at most "
+                f"{ProcessCollector.max_threads} threads; absent on the first reading and "
+                "where a process joined the job since the previous one. "
+                "A thread that ended since the previous reading is not counted"
+            ),
+            ("`/proc/<pid>/task/<tid>/stat` utime+stime of each thread / none elsewhere",),
         ),
         SourceRow(
             ("proc.memory.rssMB",),

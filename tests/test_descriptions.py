@@ -104,6 +104,10 @@ def samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Samples
         MemoryCollector(swap_source(tmp_path, 8 * 1024 * 1024, 6 * 1024 * 1024)),
     ]
     out: Samples = {"host": [(c, c.sample()) for c in host]}
+    threads = ProcessCollector(source, pid)  # the busiest thread: from its second reading on
+    threads.thread_window_s, threads.thread_cpu_share = 0.0, math.inf  # read at each sample
+    threads.sample()
+    out["host"].append((threads, threads.sample()))
     rapl_root = tmp_path / "powercap"
     for zone, name in (("intel-rapl:0", "package-0"), ("intel-rapl:0/intel-rapl:0:1", "dram")):
         (rapl_root / zone).mkdir(parents=True)

@@ -22,8 +22,8 @@ CODES = [rule.code for rule in REGISTRY]
 
 def test_the_registry_holds_every_rule_once_in_order() -> None:
     assert CODES == [
-        "input-bound", "framework-overhead", "stall", "slow-steps", "cpu-bound", "single-core",
-        "contention", "memory-limit", "gpu-memory-limit", "gpu-throttling", "disk-bound", "swap",
+        "input-bound", "framework-overhead", "stall", "slow-steps", "cpu-bound", "contention",
+        "single-core", "memory-limit", "gpu-memory-limit", "gpu-throttling", "disk-bound", "swap",
         "unused-gpu", "memory-creep", "straggler-node",
     ]  # fmt: skip
     assert len(set(CODES)) == len(CODES)

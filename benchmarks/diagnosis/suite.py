@@ -322,6 +322,8 @@ PREMISES = {
     "job_saturated": "the job's CPU at least 80 % of the machine's",
     "host_free": "the host under 90 % busy in at least half the readings",
     "others_busy": "other processes at least 0.8 CPUs busy",
+    "job_one_cpu": "the job at about one CPU's worth (the single-core rule's low to high, "
+    "mean of the readings): what others left it on a saturated host",
     "cgroup_2048": "a cgroup v1 memory limit of 2 GiB set on the job",
 }
 """What each premise means (the cgroup ones are set up, not measured)."""
@@ -337,6 +339,11 @@ def _void(s: Scenario, state: dict[str, float]) -> str:
         return f"the host was over 90 % busy in {1 - state['host_free_share']:.0%} of readings"
     if "others_busy" in s.premise and state["others_cpus"] < CONTENDED_CPUS:
         return f"other processes used only {state['others_cpus']:.2f} CPUs"
+    if "job_one_cpu" in s.premise:
+        from sysmetrics.findings.cpu import SINGLE_CORE  # the rule's own range
+
+        if not SINGLE_CORE.low <= state["job_cpus"] <= SINGLE_CORE.high:
+            return f"the job got {state['job_cpus']:.2f} CPUs, not about one CPU's worth"
     return ""
 
 

@@ -15,7 +15,7 @@ import warnings
 from sysmetrics.cgroup import Cgroup
 from sysmetrics.collectors.base import BaseCollector, MiB
 from sysmetrics.errors import SystemMetricsWarning, quote
-from sysmetrics.host import HostSource, Job, ProcStat, TreeProcess, process_tree
+from sysmetrics.host import HostSource, Job, ProcfsSource, ProcStat, TreeProcess, process_tree
 from sysmetrics.host.procfs import runqueue_wait
 
 log = logging.getLogger("sysmetrics")
@@ -58,6 +58,23 @@ class ProcessCollector(BaseCollector):
       from the earliest root's start, ``first_cpu_window_s``) would read 0 or far too
       much: such a sample has no ``cpu``, and the next one covers both windows.
     - ``proc.cpu.threads``: threads of the job (count).
+    - ``proc.cpu.busiestThreadPercent``: CPU used by the job's busiest thread since the
+      previous reading of the threads, % of one CPU (0 to 100: a thread runs on one CPU
+      at a time). Tells one thread doing the work (the GIL) from a job that gets one
+      CPU's worth because other processes took the rest. Linux only
+      (``/proc/<pid>/task/<tid>/stat`` of each thread of the job's live processes),
+      read at most once per ``thread_window_s`` (0.45 s: the counters move in 10 ms
+      ticks, so a shorter window would err by more; a 0.5 s interval still reads at
+      every sample whatever the timer jitter) and never sooner than 2000 times the
+      previous reading's CPU time (``thread_cpu_share``: 0.05 % of a core; a reading
+      costs about 12 µs per thread, so a job of 64 threads is read every 1.6 s, every
+      other sample at 1 s), the samples in between without it. Left
+      out (never guessed) where the job has more than ``max_threads`` threads (the
+      reads are bounded), on the first reading, and where a thread older than the
+      previous reading was not read then (a process that just joined the job: it could
+      be the busiest). A thread that ended since the previous
+      reading is not counted (its last CPU is lost with it). Where the threads cannot
+      be read, the key is left out from then on with one :class:`SystemMetricsWarning`.
     - ``proc.memory.rssMB``: resident set size of the job, MiB (with ``.max``), W&B's
       meaning: the sum over its processes, so pages shared by forked workers count once
       per process, as ``ps`` shows them (8 workers reading a 2.5 GiB dataset: 23 GiB).
@@ -136,6 +153,10 @@ class ProcessCollector(BaseCollector):
             one process's mmap lock (its longest walk over the period).
         pss_retry_s: seconds before a reading that failed for now is tried again, doubled
             after each failure in a row up to ``pss_retry_max_s`` seconds.
+        thread_window_s: seconds at least between two readings of the threads' CPU.
+        thread_cpu_share: the share of a core (0.0005: 0.05 %) the readings may take
+            (the previous reading's CPU time over the period until the next).
+        max_threads: threads of the job read at most per reading; more: no reading.
 
     """
 
@@ -175,6 +196,13 @@ class ProcessCollector(BaseCollector):
     pss_first_wait_s = 0.2  # the first sample waits this long for the first reading
     pss_retry_s = 1.0
     pss_retry_max_s = 60.0
+    # The busiest thread's CPU (proc.cpu.busiestThreadPercent): thread CPU times move in
+    # 10 ms ticks, so a window of 0.45 s errs by 2.2 % at most; one file read per thread
+    # (benchmarks/thread_tick.py: 0.1 ms at 8 threads, 0.8 at 64, 3.2 at 256), at most
+    # max_threads of them per reading, spaced so that they take 0.05 % of a core.
+    thread_window_s = 0.45
+    thread_cpu_share = 0.0005
+    max_threads = 256
 
     def __init__(
         self,
@@ -215,6 +243,14 @@ class ProcessCollector(BaseCollector):
         self._pss_failures = 0  # readings in a row that failed for now
         self._pss_error: BaseException | None = None  # the first such failure, to warn of
         self._pss_warned = False
+        # Thread readings (proc.cpu.busiestThreadPercent): (pid, tid) -> (CPU seconds,
+        # start time) at the previous one, when it was (time.monotonic(), the source's
+        # clock before it); off where the source cannot list threads or failed to.
+        self._threads_on = isinstance(source, ProcfsSource)
+        self._threads: dict[tuple[int, int], tuple[float, float]] | None = None
+        self._threads_time = -math.inf
+        self._threads_period = self.thread_window_s  # seconds until the next reading
+        self._threads_clock = 0.0
 
     @property
     def pid(self) -> int:
@@ -324,6 +360,9 @@ class ProcessCollector(BaseCollector):
         live = [st for st, _ in stats.values() if not st.zombie]
         rss = sum(st.rss_bytes for st in live)
         out["proc.cpu.threads"] = float(sum(st.threads for st in live))
+        busiest = self._busiest_thread(stats, sum(st.threads for st in live))
+        if busiest is not None:
+            out["proc.cpu.busiestThreadPercent"] = busiest
         out["proc.memory.rssMB"] = rss / MiB
         pss = self._pss_bytes(roots, stats, mono)
         if pss is not None:  # a reading that ended since the previous sample
@@ -474,6 +513,65 @@ class ProcessCollector(BaseCollector):
                     self._pss_new = True
                     self._pss_failures = 0
                     self._pss_period = self.pss_period(time.thread_time() - cpu, longest)
+
+    def _busiest_thread(self, stats: dict[int, tuple[ProcStat, int]], count: int) -> float | None:
+        """The CPU of the job's busiest thread since the previous reading, % of one CPU.
+
+        None where not read now (see ``proc.cpu.busiestThreadPercent`` in the class doc):
+        within the period of the previous reading (``thread_window_s``, or more where
+        the reading's CPU time needs it: ``thread_cpu_share``), more than ``max_threads``
+        threads (``count``, from the processes' counters: nothing is listed then), the
+        first reading, a thread older than the previous reading unseen by it.
+        """
+        if not self._threads_on or time.monotonic() - self._threads_time < self._threads_period:
+            return None
+        if count > self.max_threads:
+            self._threads = None  # the next reading has nothing to measure from
+            return None
+        source = self.source
+        assert isinstance(source, ProcfsSource)
+        clock = source.clock()
+        start, cpu_start = time.monotonic(), time.thread_time()
+        now: dict[tuple[int, int], tuple[float, float]] = {}
+        try:
+            for pid, (st, _) in stats.items():
+                if st.zombie:
+                    continue
+                threads = source.threads(pid)  # None: it ended
+                for tid, t in threads or ():
+                    now[pid, tid] = (t.cpu_seconds, t.start_time)
+                if len(now) > self.max_threads:  # born since the processes were read
+                    self._threads = None
+                    return None
+        except (OSError, ValueError, IndexError) as exc:
+            self._threads_on = False
+            text = quote(str(exc), 120)
+            warnings.warn(
+                "sysmetrics: the job's threads cannot be read; proc.cpu.busiestThreadPercent "
+                f"is left out from now on, the other keys go on: {type(exc).__name__}"
+                f"{': ' + text if text else ''}",
+                SystemMetricsWarning,
+                stacklevel=4,
+            )
+            return None
+        mono = (start + time.monotonic()) / 2
+        took = time.thread_time() - cpu_start  # CPU time: waits for the GIL left out
+        self._threads_period = max(self.thread_window_s, took / self.thread_cpu_share)
+        before, since, born_after = self._threads, mono - self._threads_time, self._threads_clock
+        self._threads, self._threads_time, self._threads_clock = now, mono, clock
+        if before is None or not since > 0:
+            return None
+        busiest = 0.0
+        for key, (cpu, started) in now.items():
+            prev = before.get(key)
+            if prev is not None and abs(prev[1] - started) < _SAME:
+                used = cpu - prev[0]
+            elif started >= born_after - _SAME:  # born since the previous reading
+                used = cpu
+            else:  # older, and not read then: it could be the busiest
+                return None
+            busiest = max(busiest, used)
+        return min(100.0, max(0.0, busiest / since * 100.0))
 
     def _own(self, st: ProcStat) -> float:
         if self.track_process_tree:

@@ -56,6 +56,7 @@ from sysmetrics.findings.cpu import SINGLE_CORE_GPU_PERCENT as SINGLE_CORE_GPU_P
 from sysmetrics.findings.cpu import SINGLE_CORE_HIGH as SINGLE_CORE_HIGH
 from sysmetrics.findings.cpu import SINGLE_CORE_LOW as SINGLE_CORE_LOW
 from sysmetrics.findings.cpu import SINGLE_CORE_SHARE as SINGLE_CORE_SHARE
+from sysmetrics.findings.cpu import SINGLE_CORE_THREAD_SHARE as SINGLE_CORE_THREAD_SHARE
 from sysmetrics.findings.cpu import contention as contention
 from sysmetrics.findings.cpu import cpu_bound as cpu_bound
 from sysmetrics.findings.cpu import single_core as single_core

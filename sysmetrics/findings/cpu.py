@@ -25,6 +25,8 @@ SINGLE_CORE_LOW = 0.75  # CPUs' worth: the job's CPU use between this ...
 SINGLE_CORE_HIGH = 1.25  # ... and this (about one CPU) ...
 SINGLE_CORE_SHARE = 0.5  # ... in at least this share of the samples, with 2 or more CPUs
 SINGLE_CORE_GPU_PERCENT = 80.0  # %: samples where the job's GPUs are this busy are left out
+SINGLE_CORE_THREAD_SHARE = 0.8  # share: on a saturated host, the busiest thread's of the job's CPU
+BUSIEST_THREAD_KEY = "proc.cpu.busiestThreadPercent"  # % of one CPU, the job's busiest thread
 
 CONTENTION_HOST_PERCENT = 90.0  # %: the host's CPU (mean of its cores) above this ...
 CONTENTION_JOB_PERCENT = 60.0  # %: ... while the job's cpu is below this ...
@@ -66,7 +68,13 @@ class SingleCoreThresholds:
         CONTENTION_HOST_PERCENT,
         "CONTENTION_HOST_PERCENT",
         "%",
-        "samples where the host's CPU is above this are left out",
+        "samples where the host's CPU is above this are left out, unless ...",
+    )
+    thread_share: float = threshold(
+        SINGLE_CORE_THREAD_SHARE,
+        "SINGLE_CORE_THREAD_SHARE",
+        "share",
+        "... the job's busiest thread used at least this share of the job's CPU there",
     )
     gpu_percent: float = threshold(
         SINGLE_CORE_GPU_PERCENT,
@@ -157,26 +165,43 @@ def cpu_bound(run: Run, t: CpuBoundThresholds = CPU_BOUND) -> list[Finding]:
 def single_core(run: Run, t: SingleCoreThresholds = SINGLE_CORE) -> list[Finding]:
     """``single-core``: the job uses about one CPU's worth while more are available.
 
-    Not in samples where the host's CPU is saturated (``CONTENTION_HOST_PERCENT``): there
-    the job may get one CPU's worth because others take the rest (``contention``); nor
-    where the job's GPUs are at least ``gpu_percent`` busy (``SINGLE_CORE_GPU_PERCENT``):
-    one thread feeding a saturated GPU is the ordinary GPU job, bound by the GPU (issue 32).
+    A sample where the host's CPU is saturated (``CONTENTION_HOST_PERCENT``) counts only
+    where the job's busiest thread (``proc.cpu.busiestThreadPercent``) used at least
+    ``thread_share`` of the job's CPU (``SINGLE_CORE_THREAD_SHARE``): there the job may get
+    one CPU's worth because others take the rest (``contention``), and the busiest thread
+    tells one thread doing the work from several sharing what others left (issue 32: one
+    cause hid another); without the key, such samples are left out. A run with the key
+    lacks it in some samples (read at most every 0.45 s, less often for many threads):
+    such a saturated sample at one CPU's worth is left out of the share's count, neither
+    for nor against. Not where the job's
+    GPUs are at least ``gpu_percent`` busy (``SINGLE_CORE_GPU_PERCENT``): one thread
+    feeding a saturated GPU is the ordinary GPU job, bound by the GPU (issue 32).
     """
     n, source = cpus(run)
     held = run.present("cpu")
     if n is None or n < 2 or len(held) < MIN_SAMPLES:
         return []
     column = run.columns["cpu"]
-    host = host_cpu(run)  # a saturated host has no more CPUs to give: contention, not this
+    host = host_cpu(run)  # a saturated host has no more CPUs to give: contention ...
+    thread = run.columns.get(BUSIEST_THREAD_KEY)  # ... unless one thread did the work
     gpu = view(run).job_gpu_percent  # a saturated GPU sets the pace: not the CPU
-    one = [
-        j
-        for j in held
-        if t.low <= column[j] * n / 100 <= t.high
-        and not (host[j] or 0.0) > t.host_percent
-        and not (gpu[j] or 0.0) >= t.gpu_percent
-    ]
-    share = len(one) / len(held)
+
+    one: list[int] = []
+    unread = 0  # samples it would count on a thread reading the run has not there
+    for j in held:
+        used = column[j] * n / 100
+        if not t.low <= used <= t.high or (gpu[j] or 0.0) >= t.gpu_percent:
+            continue
+        if not (host[j] or 0.0) > t.host_percent:
+            one.append(j)
+        elif thread is not None:  # without the key at all: left out, as before it existed
+            busiest = thread[j]
+            if busiest != busiest:  # not read in this sample (every k-th at most)
+                unread += 1
+            elif busiest / 100 >= t.thread_share * used:
+                one.append(j)
+    judged = len(held) - unread
+    share = len(one) / judged if judged >= MIN_SAMPLES else 0.0
     if share < t.share:
         return []
     level = mean(column[j] for j in one)
@@ -189,7 +214,7 @@ def single_core(run: Run, t: SingleCoreThresholds = SINGLE_CORE) -> list[Finding
             f"{level * n / 100:.2f} CPUs) in {share:.0%} of the samples ({where(run, span)}) "
             f"while {n:g} were {counted}: one thread does the work (the GIL, a loader "
             "with no workers, a single-threaded library).",
-            {"cpu_percent_mean": level, "cpus": n, "share": share, "samples": float(len(held))},
+            {"cpu_percent_mean": level, "cpus": n, "share": share, "samples": float(judged)},
             span,
         )
     ]
@@ -284,8 +309,13 @@ SINGLE_CORE_RULE = Rule(
     how="with 2 or more CPUs (the `run` line's `cpus`, else the per-core keys): the job's "
     "`cpu` times CPUs / 100 between `low` and `high` in at least `share` of the samples, "
     "leaving out samples where the host's CPU is above `host_percent` (no more CPUs to "
-    "give: that is `contention`) and samples where the job's GPUs (`gpu.{i}.gpu` of the "
-    "GPUs with `gpu.process.{i}.*` keys) are at least `gpu_percent` busy (one thread "
+    "give: that is `contention`) unless the job's busiest thread "
+    "(`proc.cpu.busiestThreadPercent`, % of one CPU) used at least `thread_share` of the "
+    "job's CPUs' worth there (one thread did the work: both are said; such a sample "
+    "without a reading of the key, where the run has it, is left out of the count), "
+    "and samples "
+    "where the job's GPUs (`gpu.{i}.gpu` of the GPUs with `gpu.process.{i}.*` keys) are "
+    "at least `gpu_percent` busy (one thread "
     "feeding a saturated GPU: the GPU sets the pace)",
 )
 

@@ -41,8 +41,8 @@ REGISTRY: tuple[Rule[Any], ...] = (
     STALL_RULE,
     SLOW_STEPS_RULE,
     CPU_BOUND_RULE,
+    CONTENTION_RULE,  # before single-core: the verdict's order (other processes' CPU first)
     SINGLE_CORE_RULE,
-    CONTENTION_RULE,
     MEMORY_LIMIT_RULE,
     GPU_MEMORY_LIMIT_RULE,
     GPU_THROTTLING_RULE,

@@ -301,6 +301,36 @@ class ProcfsSource:
             text = _read_record(f"{self.root}/{pid}/stat")
         except (FileNotFoundError, ProcessLookupError):
             return None
+        return self._stat(text)
+
+    def threads(self, pid: int) -> list[tuple[int, ProcStat]] | None:
+        """``(tid, counters)`` of each thread of ``pid``, from ``/proc/<pid>/task/<tid>/stat``.
+
+        A thread's ``stat`` has its process's format (:meth:`process`), its ``cpu_seconds``
+        the thread's own. A thread that ended between the listing and its read is left
+        out; None where the process ended.
+
+        Raises:
+            OSError: the listing or a thread's file cannot be read (not for its end).
+            ValueError: a file is not a ``stat`` record.
+
+        """
+        task = f"{self.root}/{pid}/task"
+        try:
+            tids = os.listdir(task)
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        out: list[tuple[int, ProcStat]] = []
+        for name in tids:
+            try:
+                text = _read_record(f"{task}/{name}/stat")
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # the thread ended after the listing
+            out.append((int(name), self._stat(text)))
+        return out
+
+    def _stat(self, text: str) -> ProcStat:
+        """A ``stat`` record (of a process or of one of its threads) as its counters."""
         # f[0] is field 3 (state); field n is f[n - 3]; split no further than f[21] (rss).
         f = text[text.rindex(")") + 2 :].split(None, 22)
         tick = self._tick
