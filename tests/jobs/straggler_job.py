@@ -5,7 +5,8 @@ with ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``; Lightning starts each node
 second rank). ``JOB_SLOW=CAUSE:RANK`` slows global rank RANK by ``JOB_SLOW_SECONDS`` (0.03)
 per step: ``forward`` sleeps in ``training_step`` before the loss, ``backward`` in a
 gradient hook of the model's weight (during backward), ``data`` in the collate function
-(the fetch). Without ``JOB_SLOW`` the four ranks are equal. Each node's sampling rank
+(the fetch); RANK ``*`` slows every rank alike. Without ``JOB_SLOW`` the four ranks are
+equal. Each node's sampling rank
 writes its run file to OUT/node{k}.jsonl (``interval`` 0.2 s); OUT/rank{r}.pid holds each
 rank's PID.
 """
@@ -33,7 +34,7 @@ def global_rank() -> int:
 
 
 def slowed(cause: str) -> bool:
-    return cause == CAUSE and str(global_rank()) == SLOW
+    return cause == CAUSE and SLOW in (str(global_rank()), "*")
 
 
 class Model(pl.LightningModule):
