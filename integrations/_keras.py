@@ -171,8 +171,12 @@ def time_fetch(fit_frame: FrameType, clock: StepClock) -> Callable[[], None] | N
     if not callable(original) or "_get_iterator" in vars(epochs):
         return None
 
-    def _get_iterator() -> Any:
-        return TimedIterator(iter(original()), clock)
+    def _get_iterator(*args: Any, **kwargs: Any) -> Any:  # Keras 3.0 passes return_type
+        made = original(*args, **kwargs)
+        try:
+            return TimedIterator(iter(made), clock)
+        except TypeError:  # not an iterator we can wrap: fit's own, untimed
+            return made
 
     epochs._get_iterator = _get_iterator
     clock.timed = True

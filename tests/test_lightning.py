@@ -522,6 +522,12 @@ def test_a_batch_that_cannot_be_sized_does_not_stop_training(tmp_path: Path) -> 
     assert len([w for w in got if "size of a batch" in str(w.message)]) == 1
 
 
+@pytest.mark.skipif(
+    tuple(int(p) for p in pl.__version__.split(".")[:2]) < (2, 6),
+    reason="the bar is checked at the latest tested Lightning (2.6): the declared minimum's "
+    "(2.2) RichProgressBar raises IndexError inside Rich 15 at train start (its "
+    "_init_progress), with or without sysmetrics",
+)
 @pytest.mark.parametrize("width", [80, 140])
 def test_rich_progress_bar_holds_the_short_keys_whole(tmp_path: Path, width: int) -> None:
     """Issue 35: in a terminal, console=True put ~20 keys into Lightning's Rich bar, which
