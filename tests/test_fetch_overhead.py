@@ -26,6 +26,8 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
+from tests.lightning_models import sleepy_module  # noqa: E402
+
 FETCH = 0.020  # s per batch, in the collate function
 COMPUTE = 0.020  # s per batch, in the training step
 SLOW = 0.030  # s per step, in a callback after sysmetrics' (between the step hooks)
@@ -85,28 +87,15 @@ def test_lightning_progress_bar_is_overhead_not_data_wait(
             super().on_train_batch_end(*args, **kwargs)
             time.sleep(SLOW)  # a redraw in a notebook's output area
 
-    class Sleepy(pl.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(8, 1)
-
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
-            time.sleep(COMPUTE)
-            x, y = batch
-            loss = torch.nn.functional.mse_loss(self.layer(x), y)
-            self.log("train_loss", loss)
-            return loss
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
     cb = SystemMetricsCallback(interval=INTERVAL)
     trainer = pl.Trainer(
         max_epochs=1, logger=CSVLogger(tmp_path, name="csv"), callbacks=[cb, SlowBar()],
         log_every_n_steps=4, enable_checkpointing=False, enable_model_summary=False,
         accelerator="cpu", devices=1,
     )  # fmt: skip
-    trainer.fit(Sleepy(), DataLoader(data(), batch_size=BATCH, collate_fn=slow_collate))
+    trainer.fit(
+        sleepy_module(COMPUTE), DataLoader(data(), batch_size=BATCH, collate_fn=slow_collate)
+    )
     (path,) = tmp_path.glob("csv/version_0/metrics.csv")
     with open(path) as f:
         check(list(csv.DictReader(f)), "system/")

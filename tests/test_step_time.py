@@ -28,6 +28,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from sysmetrics import SystemMonitor  # noqa: E402
+from tests.lightning_models import sleepy_module  # noqa: E402
 
 FETCH = 0.020  # s per batch, in the collate function
 COMPUTE = 0.030  # s per batch, in the training step
@@ -90,28 +91,13 @@ def lightning_fit(tmp_path: Path, callback: Any, accumulate: int = 1, batches: i
     pl = pytest.importorskip("lightning.pytorch", reason="needs the [lightning] extra")
     from lightning.pytorch.loggers import CSVLogger
 
-    class Sleepy(pl.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(8, 1)
-
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
-            time.sleep(COMPUTE)
-            x, y = batch
-            loss = torch.nn.functional.mse_loss(self.layer(x), y)
-            self.log("train_loss", loss)
-            return loss
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
     trainer = pl.Trainer(
         max_epochs=1, logger=CSVLogger(tmp_path, name="csv"), callbacks=[callback],
         log_every_n_steps=4, accumulate_grad_batches=accumulate, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
     )  # fmt: skip
     loader = DataLoader(data(batches), batch_size=BATCH, collate_fn=slow_collate)
-    trainer.fit(Sleepy(), loader)
+    trainer.fit(sleepy_module(COMPUTE), loader)
     (path,) = tmp_path.glob("csv/version_0/metrics.csv")
     return path
 
