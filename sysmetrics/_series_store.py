@@ -82,8 +82,16 @@ class SeriesStore:
             r._push(sample)
 
     def latest(self) -> dict[str, float]:
-        """The values of the latest tick, ``{key: value}``."""
-        return {key: s.last for key, s in self.series.items() if s.seen == self.tick}
+        """The values of the latest tick, ``{key: value}``, and the held keys' latest ones.
+
+        A key measured at a slower cadence (:meth:`held`) is served until its hold has
+        passed, as in readers' snapshots: a scrape between two of its measurements would
+        otherwise miss it.
+        """
+        held = self.held()
+        return {
+            key: s.last for key, s in self.series.items() if s.seen == self.tick or key in held
+        }
 
     # -- folding a tick in (the sampling thread) -----------------------------------------
 

@@ -654,7 +654,8 @@ class SystemMonitor:
     def latest(self) -> dict[str, float]:
         """The most recent sample ``{key: value}``, without starting a window; cheap, no I/O.
 
-        Empty before the first sample and once the monitor is stopped (nothing stale is
+        With it, a key measured at a slower cadence (the job's PSS) while its collector's
+        ``held_for()`` says it is current. Empty before the first sample and once the monitor is stopped (nothing stale is
         served as current). For scrape-style sinks (a Prometheus endpoint).
         """
         self._check_stuck()
