@@ -11,8 +11,9 @@ the values both have, from each node's :class:`~sysmetrics.runview.RunView`:
   each step spent waiting for data and the seconds outside it (**compute**, s per step);
 - the **throughput**: ``step.samplesPerSecond`` (samples/s) where both runs have it, else
   the steps per second of each window (1 over its step time);
-- the **energy per step** (J): ``step.energyJoules``, else from the energy counters
-  (``*.energyJoules``) between samples with steps (:func:`energy_per_step`);
+- the **energy per step** (J): ``step.energyJoules``, else from the energy counters the
+  cost ledger counts (:mod:`sysmetrics.ledger`) between samples with steps
+  (:func:`energy_per_step`);
 - **every machine key both runs have**: gauges as they are, counters as their rates (per
   s), the host's per-core CPU keys as their mean.
 
@@ -49,6 +50,7 @@ from typing import Any, Optional
 from sysmetrics.descriptions import describe, family, gpu_key, split_node
 from sysmetrics.findings import CPU_BOUND_PERCENT, Finding, findings, memo, view
 from sysmetrics.findings._base import cpus
+from sysmetrics.ledger import stepped_energy
 from sysmetrics.runfile import Run
 from sysmetrics.runview import RunView, core
 
@@ -290,50 +292,23 @@ def _kept(seen: RunView, key: str, warmup: int = WARMUP_WINDOWS) -> list[int]:
     return out
 
 
-def energy_keys(run: Run) -> list[str]:
-    """The run's energy counters (J): ``gpu.{i}.energyJoules``, ``cpu.``, ``memory.`` ..."""
-    out = []
-    for key in run.columns:
-        found = family(key)
-        if found is not None and found.kind == "counter" and found.unit == "J":
-            gpu = gpu_key(key)
-            if gpu is None or not gpu.process:  # gpu.process.{i} repeats gpu.{i}
-                out.append(key)
-    return sorted(out)
-
-
 def energy_per_step(seen: RunView) -> list[float]:
     """J per step of each window: ``step.energyJoules``, else from the energy counters.
 
-    From the counters: between two samples of a part that both have a step, a higher
-    step at the second, and every energy counter the run has, the counters' total growth
-    over the steps advanced (a counter that went back gives no window). The first window
-    of each part (the warm-up) is left out. Empty where the run has no energy counter.
+    From the counters the cost ledger counts (the job's GPUs, the CPU packages, DRAM):
+    their growth over the steps advanced between two consecutive samples with steps
+    (:func:`sysmetrics.ledger.stepped_energy`; the ledger's energy per step is their
+    sum over all of them). The first window of each recording (the warm-up) is left out.
+    Empty where the run has no energy counter.
     """
     keyed = windows(seen, "step.energyJoules", WARMUP_WINDOWS)
     if keyed:
         return keyed
-    keys = energy_keys(seen.run)
-    if not keys:
-        return []
-    columns = [seen.run.columns[k] for k in keys]
-    steps = seen.run.step
-    out = []
-    for part in seen.parts:
-        first = True
-        marked = [j for j in part if steps[j] is not None]
-        for a, b in zip(marked, marked[1:]):
-            sa, sb = steps[a], steps[b]
-            assert sa is not None and sb is not None
-            if sb <= sa:
-                continue
-            rises = [c[b] - c[a] for c in columns]
-            if not all(math.isfinite(r) and r >= 0 for r in rises):
-                continue
-            if first:
-                first = False
-                continue
-            out.append(sum(rises) / (sb - sa))
+    out, seen_parts = [], set()
+    for part, joules, steps in stepped_energy(seen):
+        if part in seen_parts:
+            out.append(joules / steps)
+        seen_parts.add(part)
     return out
 
 

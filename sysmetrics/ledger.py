@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
@@ -335,37 +335,72 @@ class _Sums:
     sampled_steps: int = 0  # the steps of those
 
 
-def _sum(view: RunView, parts: Mapping[str, str]) -> _Sums:
+class _Interval(NamedTuple):
+    """Two consecutive samples ``a`` and ``b`` of one recording (``recording``: its number)."""
+
+    recording: int
+    a: int
+    b: int
+    seconds: float
+    rises: dict[str, float]  # part -> J: the counters that rose (or stayed) from a to b
+    steps: Optional[int]  # steps advanced; None where a sample has no step or it went back
+
+
+def _intervals(view: RunView, parts: Mapping[str, str]) -> Iterator[_Interval]:
+    """Each interval between two consecutive samples of a recording with both times."""
     run, clock = view.run, view.clock
     columns = {part: run.columns[key] for part, key in parts.items()}
-    sps = run.columns.get("step.samplesPerSecond")
-    secs = run.columns.get("step.seconds")
-    out = _Sums({p: 0.0 for p in parts}, {p: 0.0 for p in parts})
-    for part_samples in view.parts:
+    for k, part_samples in enumerate(view.parts):
         for a, b in zip(part_samples, part_samples[1:]):
             t0, t1 = clock[a], clock[b]
             if t0 is None or t1 is None or t1 <= t0:
                 continue
-            dt = t1 - t0
-            out.seconds += dt
             rises = {}
             for part, column in columns.items():
                 rise = _rise(column, a, b)
                 if rise is not None:
                     rises[part] = rise
-                    out.joules[part] += rise
-                    out.covered[part] += dt
             s0, s1 = run.step[a], run.step[b]
-            if not columns or len(rises) < len(columns) or s0 is None or s1 is None or s1 < s0:
-                continue
-            out.step_joules += sum(rises.values())
-            out.step_seconds += dt
-            out.steps += s1 - s0
-            if sps is not None and secs is not None and s1 > s0:
-                rate, each = sps[b], secs[b]
-                if rate == rate and each == each:
-                    out.samples += rate * each * (s1 - s0)
-                    out.sampled_steps += s1 - s0
+            steps = s1 - s0 if s0 is not None and s1 is not None and s1 >= s0 else None
+            yield _Interval(k, a, b, t1 - t0, rises, steps)
+
+
+def stepped_energy(view: RunView) -> Iterator[tuple[int, float, int]]:
+    """``(recording, joules, steps)`` of each interval where the steps advanced.
+
+    The intervals between two consecutive samples with a step at both ends, a higher one
+    at the second, and a rise of every counter the ledger counts (:func:`energy_per_step`
+    adds them up; :func:`sysmetrics.compare.energy_per_step` compares them window by
+    window). Nothing where the run has no counter.
+    """
+    parts, _ = _parts(view)
+    if not parts:
+        return
+    for i in _intervals(view, parts):
+        if i.steps and len(i.rises) == len(parts):
+            yield i.recording, sum(i.rises.values()), i.steps
+
+
+def _sum(view: RunView, parts: Mapping[str, str]) -> _Sums:
+    run = view.run
+    sps = run.columns.get("step.samplesPerSecond")
+    secs = run.columns.get("step.seconds")
+    out = _Sums({p: 0.0 for p in parts}, {p: 0.0 for p in parts})
+    for i in _intervals(view, parts):
+        out.seconds += i.seconds
+        for part, rise in i.rises.items():
+            out.joules[part] += rise
+            out.covered[part] += i.seconds
+        if not parts or len(i.rises) < len(parts) or i.steps is None:
+            continue
+        out.step_joules += sum(i.rises.values())
+        out.step_seconds += i.seconds
+        out.steps += i.steps
+        if sps is not None and secs is not None and i.steps > 0:
+            rate, each = sps[i.b], secs[i.b]
+            if rate == rate and each == each:
+                out.samples += rate * each * i.steps
+                out.sampled_steps += i.steps
     return out
 
 

@@ -308,6 +308,29 @@ def test_energy_per_step_from_counters_and_the_step_key() -> None:
     assert cmp.energy_per_step(RunView(run)) == pytest.approx([4.0] * 6)
 
 
+def test_energy_per_step_counts_what_the_ledger_counts() -> None:
+    """The job's GPUs only, as the cost ledger: a GPU another job used is not this run's
+    energy (compare counted every GPU's counter, the ledger the job's, and the two pages
+    of one run said different joules per step)."""
+    from sysmetrics import ledger
+    from sysmetrics.runfile import Run
+    from sysmetrics.runview import RunView
+
+    run = Run()
+    for j in range(8):  # the job's GPU 0: 5 J a step; GPU 1, another job's: 40 J a step
+        run.add(
+            {"gpu.0.energyJoules": 100 + 10.0 * j, "gpu.process.0.gpu": 50.0,
+             "gpu.1.energyJoules": 7 + 80.0 * j},
+            time=1000.0 + j,
+            monotonic=float(j),
+            step=2 * j,
+        )  # fmt: skip
+    run.pad()
+    view = RunView(run)
+    assert cmp.energy_per_step(view) == pytest.approx([5.0] * 6)
+    assert ledger.energy_per_step(view) == pytest.approx(5.0)
+
+
 def test_docs_quote_the_sentences_the_code_writes() -> None:
     """docs/compare.md quotes the fixed words of each sentence, and the code writes them."""
     root = Path(__file__).resolve().parents[1]

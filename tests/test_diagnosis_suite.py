@@ -29,7 +29,7 @@ def test_every_label_names_real_rules_runs_and_premises() -> None:
         assert not set(s.must) & set(s.must_not), s.name
         assert s.top == HEALTHY or s.top in s.must, s.name
         assert set(s.premise) <= set(harness.PREMISES), s.name
-        assert s.kind in ("record", "callback", "nodes", "crafted"), s.name
+        assert s.kind in ("record", "callback", "notebook", "nodes", "crafted"), s.name
         assert s.kind != "crafted" or s.name in gpu_runs.RUNS, s.name
         assert not s.fixes or s.fixes in {x.name for x in SCENARIOS}, s.name
 

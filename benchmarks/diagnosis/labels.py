@@ -27,7 +27,8 @@ class Scenario:
         name: its name (the table's row).
         what: one line: what it is and why its label is true.
         kind: ``record`` (``sysmetrics record -- python workloads.py plain ...``),
-            ``callback`` (a framework job writing its run file), ``nodes`` (two
+            ``callback`` (a framework job writing its run file), ``notebook`` (the same
+            job run in a real Jupyter kernel, as a notebook's cell), ``nodes`` (two
             ``record`` processes with node ranks 0 and 1; ``args`` of node 0, ``args1``
             of node 1) or ``crafted`` (``gpu_runs.RUNS[name]``).
         args: the workload's arguments.
@@ -334,6 +335,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         "healthy-lightning-bar",
         "Lightning with the progress bar on, 50 ms steps",
         "callback",
+        ("lightning", "--step", "0.05", "--bar", *SECONDS),
+        issue="the framework blamed on the loader",
+    ),
+    Scenario(
+        "healthy-notebook",
+        "Lightning in a real Jupyter kernel (ipykernel, its cell run through jupyter_client "
+        "as a notebook's frontend runs it), the progress bar on, 50 ms steps",
+        "notebook",
         ("lightning", "--step", "0.05", "--bar", *SECONDS),
         issue="the framework blamed on the loader",
     ),

@@ -196,6 +196,55 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _in_kernel(s: Scenario, run_file: Path, work: Path, watch: Watch) -> tuple[list[str], str]:
+    """Run ``s``'s workload in a real Jupyter kernel, as a notebook's cell runs it.
+
+    ipykernel started by jupyter_client (a notebook's frontend does the same through the
+    Jupyter server), the workload run in the kernel's own process by one ``execute``
+    request, its output (the progress bar, the live findings) read from the kernel's
+    iopub channel as a frontend reads it. ``watch`` is started on the kernel's process.
+    Returns the live findings said and an error ('' where the cell ran).
+    """
+    from jupyter_client.manager import KernelManager
+
+    argv = [str(HERE / "workloads.py"), *s.args, "--run-file", str(run_file),
+            "--interval", str(s.interval), "--logs", str(work / "logs"),
+            "--scratch", str(work / "checkpoint.bin")]  # fmt: skip
+    code = (f"import runpy, sys\nsys.argv = {argv!r}\n"
+            f"runpy.run_path(sys.argv[0], run_name='__main__')")  # fmt: skip
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env=_env(), cwd=str(work))
+    kc = km.client()
+    stderr, error = [], ""
+    try:
+        kc.start_channels()
+        kc.wait_for_ready(timeout=120)
+        pid = km.provisioner.pid if km.provisioner is not None else None
+        watch.roots = [pid] if pid else []
+        watch.start()
+        msg_id = kc.execute(code)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            msg = kc.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream" and content["name"] == "stderr":
+                stderr.append(content["text"])
+            elif kind == "error":
+                error = f"the cell raised {content['ename']}: {content['evalue']}"
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+        else:
+            error = "the cell ran past 300 s"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    text = "".join(stderr)
+    live = [line for line in re.split(r"[\r\n]", text) if line.startswith("sysmetrics: ")]
+    return live, error
+
+
 def _report(files: list[Path], o: Outcome) -> list[tuple[str, str]]:
     """The report's findings (rule, sentence); sets ``o``'s predicted gain and verdict."""
     done = subprocess.run(
@@ -273,6 +322,9 @@ def run(s: Scenario, work: Path) -> Outcome:
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                 preexec_fn=(lambda: _join(cgroup)) if cgroup else None,
             ))  # fmt: skip
+        elif s.kind == "notebook":
+            files.append(work / "run.jsonl")
+            out.live, out.error = _in_kernel(s, files[-1], work, watch)
         else:  # callback
             files.append(work / "run.jsonl")
             cmd = [PYTHON, str(HERE / "workloads.py"), *s.args, "--run-file", str(files[-1]),
@@ -280,8 +332,9 @@ def run(s: Scenario, work: Path) -> Outcome:
                    "--scratch", str(work / "checkpoint.bin")]  # fmt: skip
             procs.append(subprocess.Popen(cmd, env=_env(), cwd=work, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.PIPE, text=True))  # fmt: skip
-        watch.roots = [p.pid for p in procs]
-        watch.start()
+        if s.kind != "notebook":
+            watch.roots = [p.pid for p in procs]
+            watch.start()
         if s.kill_after:
             time.sleep(s.kill_after)
             for p in procs:  # the workload under record: killed, as a job killed for time
@@ -289,7 +342,7 @@ def run(s: Scenario, work: Path) -> Outcome:
                     with contextlib.suppress(OSError):
                         os.kill(child, signal.SIGKILL)
         errs = [p.communicate(timeout=300)[1] for p in procs]
-        out.live = [
+        out.live += [
             line for e in errs for line in e.splitlines() if line.startswith("sysmetrics: ")
         ]
     finally:
