@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,37 +22,10 @@ from typing import Any
 import pytest
 
 from sysmetrics import distributed
+from tests.launch import free_port, run_all
 
 pytest.importorskip("torch")
 JOBS = Path(__file__).parent / "jobs"
-TIMEOUT = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def run_all(commands: list[tuple[list[str], dict[str, str]]]) -> list[str]:
-    """Run the launches side by side; fail with their output if one fails, else return it."""
-    procs = [
-        subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-        for cmd, env in commands
-    ]  # fmt: skip
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=TIMEOUT)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, out in zip(procs, outputs):
-        assert p.returncode == 0, out[-4000:]
-    return outputs
 
 
 def calls(out: Path, *ranks: int) -> list[list[int]]:

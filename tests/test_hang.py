@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,15 +26,9 @@ import pytest
 from sysmetrics import SystemMetricsWarning, hang, progress
 from sysmetrics.hang import Frame, HangWatch, Progress, StallClock, Where, classify
 from sysmetrics.steptime import StepClock, StepTotals
+from tests.launch import TIMEOUT, free_port
 
 JOBS = Path(__file__).parent / "jobs"
-TIMEOUT = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def where_of(thread: threading.Thread, want: str, timeout: float = 30.0) -> Where:

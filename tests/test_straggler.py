@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,46 +22,21 @@ from sysmetrics.arrival import RankBoard, RankSlot, RankTotals, read_slot
 from sysmetrics.findings import findings
 from sysmetrics.findings.nodes import arrivals
 from sysmetrics.runfile import read_runs
+from tests.launch import free_port, run_all
 
 JOBS = Path(__file__).parent / "jobs"
-TIMEOUT = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def four_ranks(out: Path, slow: str = "") -> list[Path]:
     """The straggler job on 2 simulated nodes x 2 ranks; the nodes' run files."""
     pytest.importorskip("lightning")
     port = str(free_port())
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(JOBS / "straggler_job.py"), str(out)],
-            env={
-                **os.environ,
-                **{"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
-                "JOB_SLOW": slow,
-            },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    outputs = run_all([
+        ([sys.executable, str(JOBS / "straggler_job.py"), str(out)],
+         {"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "JOB_SLOW": slow})
         for k in (0, 1)
-    ]
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=TIMEOUT)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, output in zip(procs, outputs):
-        assert p.returncode == 0, output[-4000:]
+    ])  # fmt: skip
+    for output in outputs:
         assert "SystemMetricsWarning" not in output, output[-4000:]
     return [out / f"node{k}.jsonl" for k in (0, 1)]
 
@@ -193,14 +167,11 @@ def test_plain_ddp_arrival_under_gloo(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     port = str(free_port())
-    procs = [
-        subprocess.Popen([sys.executable, str(JOBS / "ddp_arrival_job.py"), str(out), str(r)],
-                         env={**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run_all([
+        ([sys.executable, str(JOBS / "ddp_arrival_job.py"), str(out), str(r)],
+         {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
         for r in (0, 1)
-    ]  # fmt: skip
-    outputs = [p.communicate(timeout=TIMEOUT)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outputs
+    ])  # fmt: skip
     totals: list[Any] = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
     fast, slow = (RankTotals(*t) for t in totals)
     assert fast.arrived == slow.arrived == 20.0

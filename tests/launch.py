@@ -1,0 +1,48 @@
+"""Launching the tests' real multi-process jobs: a free port, several launches side by side.
+
+One home for what test_distributed, test_straggler, test_hang and the Prometheus server
+helper each defined alike.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+
+TIMEOUT = 300  # s a launch may take (a real 2-node job on a loaded 2-CPU machine)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def run_all(
+    commands: list[tuple[list[str], dict[str, str]]], timeout: float = TIMEOUT
+) -> list[str]:
+    """Run the launches side by side (each ``(argv, env added to os.environ)``), stdout and
+    stderr together; fail with the output of one that failed, else return the outputs.
+
+    Each launch waits at most ``timeout`` s; whatever is still running then is killed.
+    """
+    procs = [
+        subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+        for cmd, env in commands
+    ]  # fmt: skip
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-4000:]
+    return outputs
