@@ -655,8 +655,9 @@ class SystemMonitor:
         """The most recent sample ``{key: value}``, without starting a window; cheap, no I/O.
 
         With it, a key measured at a slower cadence (the job's PSS) while its collector's
-        ``held_for()`` says it is current. Empty before the first sample and once the monitor is stopped (nothing stale is
-        served as current). For scrape-style sinks (a Prometheus endpoint).
+        ``held_for()`` says it is current. Empty before the first sample and once the
+        monitor is stopped (nothing stale is served as current). For scrape-style sinks (a
+        Prometheus endpoint).
         """
         self._check_stuck()
         if self._state != "running":
