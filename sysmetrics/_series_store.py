@@ -89,9 +89,7 @@ class SeriesStore:
         otherwise miss it.
         """
         held = self.held()
-        return {
-            key: s.last for key, s in self.series.items() if s.seen == self.tick or key in held
-        }
+        return {key: s.last for key, s in self.series.items() if s.seen == self.tick or key in held}
 
     # -- folding a tick in (the sampling thread) -----------------------------------------
 
