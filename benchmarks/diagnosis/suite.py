@@ -213,7 +213,8 @@ def _in_kernel(s: Scenario, run_file: Path, work: Path, watch: Watch) -> tuple[l
     code = (f"import runpy, sys\nsys.argv = {argv!r}\n"
             f"runpy.run_path(sys.argv[0], run_name='__main__')")  # fmt: skip
     km = KernelManager(kernel_name="python3")
-    km.start_kernel(env=_env(), cwd=str(work))
+    # the kernel process's own stderr (its TCP warning); the cell's goes to iopub
+    km.start_kernel(env=_env(), cwd=str(work), stderr=subprocess.DEVNULL)
     kc = km.client()
     stderr, error = [], ""
     try:

@@ -103,10 +103,38 @@ def plain(args: argparse.Namespace) -> None:
     del held
 
 
+CHECKPOINT_CAP_MIB = 2048  # the most a checkpoint writes, whatever --checkpoint-seconds
+
+
+def checkpoint(args: argparse.Namespace) -> None:
+    """Write and fsync a checkpoint of ``--checkpoint-mib`` MiB or more to ``--scratch``.
+
+    It goes on writing (and syncing every 32 MiB) until ``--checkpoint-seconds`` have
+    passed since it began: a step that long
+    whatever the disk's speed (on a quiet VM 200 MiB took 0.2 s, under load over 1 s),
+    its time spent in disk writes; past :data:`CHECKPOINT_CAP_MIB`, the rest asleep.
+    """
+    began = time.monotonic()
+    block = os.urandom(1 << 20)
+    written = 0
+    with open(args.scratch, "wb") as f:
+        while written < args.checkpoint_mib or (
+            time.monotonic() - began < args.checkpoint_seconds and written < CHECKPOINT_CAP_MIB
+        ):
+            f.write(block)
+            written += 1
+            if written % 32 == 0:
+                f.flush()
+                os.fsync(f.fileno())
+        f.flush()
+        os.fsync(f.fileno())
+    time.sleep(max(0.0, args.checkpoint_seconds - (time.monotonic() - began)))
+
+
 def lightning(args: argparse.Namespace) -> None:
     """Lightning, a tiny model whose step sleeps ``--step`` s (the accelerator).
 
-    Every ``--every``-th step writes and fsyncs ``--checkpoint-mib`` MiB; the first step sleeps
+    Every ``--every``-th step writes a checkpoint (:func:`checkpoint`); the first step sleeps
     ``--warmup`` s more; ``--bar``: the progress bar on (refreshing every step), each
     redraw taking ``--bar-redraw`` s more (a notebook's output area redrawing).
     """
@@ -127,12 +155,7 @@ def lightning(args: argparse.Namespace) -> None:
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             time.sleep(args.step + (args.warmup if self.global_step == 0 else 0.0))
             if args.every and self.global_step % args.every == args.every - 1:
-                with open(args.scratch, "wb") as f:
-                    block = os.urandom(1 << 20)
-                    for _ in range(args.checkpoint_mib):
-                        f.write(block)
-                    f.flush()
-                    os.fsync(f.fileno())
+                checkpoint(args)
             x, y = batch
             return torch.nn.functional.mse_loss(self.layer(x), y)
 
@@ -275,6 +298,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fill-cgroup", type=float, default=0.0)
     p.add_argument("--every", type=int, default=0)
     p.add_argument("--checkpoint-mib", type=int, default=0)
+    p.add_argument("--checkpoint-seconds", type=float, default=0.0)
     p.add_argument("--warmup", type=float, default=0.0)
     p.add_argument("--bar", action="store_true")
     p.add_argument("--bar-redraw", type=float, default=0.0)
