@@ -16,18 +16,15 @@ export UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
 
 .PHONY: demo host-demo test versions pythons lint docs screenshots bench overhead diagnosis gpu-check gpu-wheels wheel-check clean
 
-# uv writes no bytecode unless asked, where pip compiles every module it installs: without
-# it, where PYTHONDONTWRITEBYTECODE is set (as on the CI machine), each process compiled
-# torch's modules again at import, and the parallel pass took 642 s instead of 396. Also
-# for tox's envs (tox-uv passes UV_* on to uv).
-export UV_COMPILE_BYTECODE ?= 1
-
 # $(call install,VENV,ARGS): pip install ARGS into the virtual environment VENV, through
 # uv where pip can install uv (the test setup in about 55 s where pip alone takes 100 s on
 # the CI machine, the same versions: constraints.txt pins them; uv reads UV_FIND_LINKS,
-# above, not pip's configuration), else, or where uv fails, with pip itself.
+# above, not pip's configuration), else, or where uv fails, with pip itself. uv compiles
+# the modules' bytecode as pip does only when asked: without it, where
+# PYTHONDONTWRITEBYTECODE is set (as on the CI machine), each process compiled torch's
+# modules again at import, and the parallel pass took 642 s instead of 396.
 install = $(1)/bin/python -m pip install --quiet uv \
-	&& $(1)/bin/uv pip install --quiet --python $(1)/bin/python $(2) \
+	&& $(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python $(2) \
 	|| $(1)/bin/python -m pip install --quiet $(2)
 
 $(STAMP): pyproject.toml constraints.txt
