@@ -110,9 +110,9 @@ def checkpoint(args: argparse.Namespace) -> None:
     """Write and fsync a checkpoint of ``--checkpoint-mib`` MiB or more to ``--scratch``.
 
     It goes on writing (and syncing every 32 MiB) until ``--checkpoint-seconds`` have
-    passed since it began: a step that long
-    whatever the disk's speed (on a quiet VM 200 MiB took 0.2 s, under load over 1 s),
-    its time spent in disk writes; past :data:`CHECKPOINT_CAP_MIB`, the rest asleep.
+    passed since it began: a step that long whatever the disk's speed (on a quiet VM 200
+    MiB took 0.2 s, under load over 1 s), its time spent in disk writes; past
+    :data:`CHECKPOINT_CAP_MIB`, the rest asleep.
     """
     began = time.monotonic()
     block = os.urandom(1 << 20)
