@@ -336,10 +336,9 @@ class _Sums:
 
 
 class _Interval(NamedTuple):
-    """Two consecutive samples ``a`` and ``b`` of one recording (``recording``: its number)."""
+    """From one sample to the next, ``b``, of one recording (``recording``: its number)."""
 
     recording: int
-    a: int
     b: int
     seconds: float
     rises: dict[str, float]  # part -> J: the counters that rose (or stayed) from a to b
@@ -362,7 +361,7 @@ def _intervals(view: RunView, parts: Mapping[str, str]) -> Iterator[_Interval]:
                     rises[part] = rise
             s0, s1 = run.step[a], run.step[b]
             steps = s1 - s0 if s0 is not None and s1 is not None and s1 >= s0 else None
-            yield _Interval(k, a, b, t1 - t0, rises, steps)
+            yield _Interval(k, b, t1 - t0, rises, steps)
 
 
 def stepped_energy(view: RunView) -> Iterator[tuple[int, float, int]]:

@@ -359,8 +359,9 @@ class ProcessCollector(BaseCollector):
             return out  # the job has ended: no memory, no threads to show
         live = [st for st, _ in stats.values() if not st.zombie]
         rss = sum(st.rss_bytes for st in live)
-        out["proc.cpu.threads"] = float(sum(st.threads for st in live))
-        busiest = self._busiest_thread(stats, sum(st.threads for st in live))
+        threads = sum(st.threads for st in live)
+        out["proc.cpu.threads"] = float(threads)
+        busiest = self._busiest_thread(stats, threads)
         if busiest is not None:
             out["proc.cpu.busiestThreadPercent"] = busiest
         out["proc.memory.rssMB"] = rss / MiB
