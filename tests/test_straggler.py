@@ -2,8 +2,10 @@
 
 The real runs are Lightning DDP jobs of 2 simulated nodes x 2 ranks (gloo on CPU,
 ``tests/jobs/straggler_job.py``): one rank slowed in its forward, one in its backward (a
-sleep in a gradient hook), one in its data, or none. Each node's sampling rank writes
-its run file; the two are read back as one run and the findings name the straggler.
+sleep in a gradient hook), one in its data, or every rank alike. Each node's sampling
+rank writes its run file; the two are read back as one run and the findings name the
+straggler. The four runs are made by one launch of the job, one ``Trainer.fit`` after
+the other (the launch and the imports took most of each run's 18 s on 2 CPUs).
 """
 
 from __future__ import annotations
@@ -27,18 +29,28 @@ from tests.launch import free_port, run_all
 JOBS = Path(__file__).parent / "jobs"
 
 
-def four_ranks(out: Path, slow: str = "") -> list[Path]:
-    """The straggler job on 2 simulated nodes x 2 ranks; the nodes' run files."""
+# The runs of the one launch, in order: each slows one rank's forward, backward or data,
+# or every rank's forward alike (steps of the tiny model alone take a few ms, so 80 of
+# them gave a quiet machine's nodes fewer than MIN_SAMPLES samples: CI).
+SLOWS = ("forward:3", "backward:1", "data:2", "forward:*")
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    """The straggler job on 2 simulated nodes x 2 ranks, once for each of SLOWS: each
+    run's nodes' run files."""
     pytest.importorskip("lightning")
+    out = tmp_path_factory.mktemp("straggler")
     port = str(free_port())
     outputs = run_all([
         ([sys.executable, str(JOBS / "straggler_job.py"), str(out)],
-         {"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "JOB_SLOW": slow})
+         {"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+          "JOB_SLOW": ",".join(SLOWS)})
         for k in (0, 1)
     ])  # fmt: skip
     for output in outputs:
         assert "SystemMetricsWarning" not in output, output[-4000:]
-    return [out / f"node{k}.jsonl" for k in (0, 1)]
+    return {slow: [out / str(i) / f"node{k}.jsonl" for k in (0, 1)] for i, slow in enumerate(SLOWS)}
 
 
 @pytest.mark.serial
@@ -51,9 +63,9 @@ def four_ranks(out: Path, slow: str = "") -> list[Path]:
     ],
 )
 def test_the_rank_that_arrives_last_is_named_with_its_cause(
-    tmp_path: Path, slow: str, rank: int, node: int, cause: str, words: str
+    four_ranks: dict[str, list[Path]], slow: str, rank: int, node: int, cause: str, words: str
 ) -> None:
-    files = four_ranks(tmp_path, slow)
+    files = four_ranks[slow]
     run = read_runs(files)
     # Every rank's keys, on its node's run file only (node aggregates beside them).
     for k, path in enumerate(files):
@@ -80,10 +92,8 @@ def test_the_rank_that_arrives_last_is_named_with_its_cause(
 
 
 @pytest.mark.serial
-def test_four_equal_ranks_have_no_straggler(tmp_path: Path) -> None:
-    # Every rank sleeps alike in its forward: steps of the tiny model alone take a few ms,
-    # so 80 of them gave a quiet machine's nodes fewer than MIN_SAMPLES samples (CI).
-    run = read_runs(four_ranks(tmp_path, slow="forward:*"))
+def test_four_equal_ranks_have_no_straggler(four_ranks: dict[str, list[Path]]) -> None:
+    run = read_runs(four_ranks["forward:*"])  # every rank sleeps alike in its forward
     assert "straggler-node" not in [f.rule for f in findings(run)]
     ranked = arrivals(run)
     assert ranked is not None and len(ranked.ranks) == 4

@@ -5,10 +5,12 @@ with ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``; Lightning starts each node
 second rank). ``JOB_SLOW=CAUSE:RANK`` slows global rank RANK by ``JOB_SLOW_SECONDS`` (0.03)
 per step: ``forward`` sleeps in ``training_step`` before the loss, ``backward`` in a
 gradient hook of the model's weight (during backward), ``data`` in the collate function
-(the fetch); RANK ``*`` slows every rank alike. Without ``JOB_SLOW`` the four ranks are
-equal. Each node's sampling rank
-writes its run file to OUT/node{k}.jsonl (``interval`` 0.2 s); OUT/rank{r}.pid holds each
-rank's PID.
+(the fetch); RANK ``*`` slows every rank alike; empty, the four ranks are equal.
+``JOB_SLOW`` may name several, comma-separated: the job trains once for each, one
+``Trainer.fit`` after the other in the same processes and process group (the launch,
+the imports and the rendezvous, most of a run's time on 2 CPUs, paid once). Run ``i``'s
+sampling rank on each node writes its run file to OUT/{i}/node{k}.jsonl (``interval``
+0.2 s); OUT/rank{r}.pid holds each rank's PID.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from sysmetrics.integrations.lightning import SystemMetricsCallback
 
-CAUSE, _, SLOW = os.environ.get("JOB_SLOW", ":").partition(":")
 SLEEP = float(os.environ.get("JOB_SLOW_SECONDS", "0.03"))
 
 
@@ -33,13 +34,20 @@ def global_rank() -> int:
     return int(os.environ.get("NODE_RANK", "0")) * 2 + int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def slowed(cause: str) -> bool:
-    return cause == CAUSE and SLOW in (str(global_rank()), "*")
+class Slow:
+    """Which rank one run slows, and where (``CAUSE:RANK``; empty: none)."""
+
+    def __init__(self, spec: str) -> None:
+        self.cause, _, self.rank = spec.partition(":")
+
+    def __call__(self, cause: str) -> bool:
+        return cause == self.cause and self.rank in (str(global_rank()), "*")
 
 
 class Model(pl.LightningModule):
-    def __init__(self) -> None:
+    def __init__(self, slowed: Slow) -> None:
         super().__init__()
+        self.slowed = slowed
         self.layer = torch.nn.Linear(32, 1)
         if slowed("backward"):
             self.layer.weight.register_hook(self._slow_backward)
@@ -52,7 +60,7 @@ class Model(pl.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         x, y = batch
         out = self.layer(x)
-        if slowed("forward"):
+        if self.slowed("forward"):
             time.sleep(SLEEP)
         return torch.nn.functional.mse_loss(out, y)
 
@@ -60,20 +68,20 @@ class Model(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def collate(items: list[Any]) -> Any:
-    if slowed("data"):
-        time.sleep(SLEEP)
-    return torch.utils.data.default_collate(items)
+class Collate:
+    def __init__(self, slowed: Slow) -> None:
+        self.slowed = slowed
+
+    def __call__(self, items: list[Any]) -> Any:
+        if self.slowed("data"):
+            time.sleep(SLEEP)
+        return torch.utils.data.default_collate(items)
 
 
-def main() -> None:
-    out = sys.argv[1]
+def fit(out: str, slowed: Slow, data: TensorDataset) -> None:
+    """One run: its own model, callback, run files and logger under OUT."""
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"rank{global_rank()}.pid"), "w") as f:
-        f.write(str(os.getpid()))
     node = int(os.environ.get("NODE_RANK", "0"))
-    g = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(1600, 32, generator=g), torch.randn(1600, 1, generator=g))
     callback = SystemMetricsCallback(
         interval=0.2, live_findings=False, run_file=os.path.join(out, f"node{node}.jsonl")
     )
@@ -83,7 +91,19 @@ def main() -> None:
         logger=CSVLogger(out, name="csv"), callbacks=[callback],
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
-    trainer.fit(Model(), DataLoader(data, batch_size=4, collate_fn=collate))
+    loader = DataLoader(data, batch_size=4, collate_fn=Collate(slowed))
+    trainer.fit(Model(slowed), loader)
+
+
+def main() -> None:
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"rank{global_rank()}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(1600, 32, generator=g), torch.randn(1600, 1, generator=g))
+    for i, spec in enumerate(os.environ.get("JOB_SLOW", "").split(",")):
+        fit(os.path.join(out, str(i)), Slow(spec), data)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
