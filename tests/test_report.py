@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("matplotlib", reason="needs the [report] extra")
@@ -424,8 +424,10 @@ def test_a_group_of_error_counters_only_has_no_figure(tmp_path: Path) -> None:
     assert report.summary(report.series(run))[0].total == "4 count"
 
 
+# 20 examples: each writes a page with its figures (0.45 s of CPU); the regression's
+# names are always among them (@example).
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     st.lists(
@@ -440,6 +442,7 @@ def test_a_group_of_error_counters_only_has_no_figure(tmp_path: Path) -> None:
         max_size=6,
     )
 )
+@example(["disk./x$\\badcmd$.usagePercent", "$x^2$", "\\", "<b>", "a\x00\r\n", "_x"])
 def test_any_key_names_give_a_page(tmp_path: Path, keys: list[str]) -> None:
     """Regression: a key with mathtext (``$\\badcmd$`` in a disk path) gave no page at all.
 
@@ -979,25 +982,19 @@ def test_a_long_key_keeps_its_legend_inside_the_figure(tmp_path: Path) -> None:
         assert text == report.drawing._cut(key, report.MAX_LABEL_CHARS)  # all of it, wrapped
 
 
-@settings(max_examples=80, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from([0.0, 0.1, 0.5, 1.0, 12.0, 700.0]),  # s since the sample before
-            st.sampled_from([0, 0, 0, 1, 3, 40]),  # steps since the sample before
-            st.booleans(),  # the sample has step keys
-        ),
-        min_size=1,
-        max_size=40,
+# Samples of a run: (s since the sample before, steps since it, whether it has step keys).
+STEPS_AND_GAPS = st.lists(
+    st.tuples(
+        st.sampled_from([0.0, 0.1, 0.5, 1.0, 12.0, 700.0]),
+        st.sampled_from([0, 0, 0, 1, 3, 40]),
+        st.booleans(),
     ),
-    st.sampled_from(report.AXES),
+    min_size=1,
+    max_size=40,
 )
-def test_any_steps_and_gaps_give_an_ordered_axis_and_a_page(
-    rows: list[tuple[float, int, bool]], x: str
-) -> None:
-    """Stalls anywhere (the middle, the end, back to back), repeated clocks, jumps: the
-    drawn x never goes back, every stall lies inside the run and the axis, and the page
-    and figures are made."""
+
+
+def _stepped_run(rows: list[tuple[float, int, bool]]) -> Run:
     run = Run()
     t, step = 0.0, 0
     for gap, advance, keys in rows:
@@ -1008,6 +1005,18 @@ def test_any_steps_and_gaps_give_an_ordered_axis_and_a_page(
         }
         run.add(metrics, time=1e9 + t, monotonic=t, step=step)
     run.pad()
+    return run
+
+
+@settings(max_examples=80, deadline=None)
+@given(STEPS_AND_GAPS, st.sampled_from(report.AXES))
+def test_any_steps_and_gaps_give_an_ordered_axis_and_a_page(
+    rows: list[tuple[float, int, bool]], x: str
+) -> None:
+    """Stalls anywhere (the middle, the end, back to back), repeated clocks, jumps: the
+    drawn x never goes back, every stall lies inside the run and the axis, and the page
+    is made (its figures: the test after this one)."""
+    run = _stepped_run(rows)
     ax = report.axis(run, x)
     drawn = ax.x[~np.isnan(ax.x)]
     assert np.all(np.diff(drawn) >= 0)
@@ -1022,7 +1031,13 @@ def test_any_steps_and_gaps_give_an_ordered_axis_and_a_page(
     assert len(said) == min(len({stall.step for stall in ax.stalls}), fd.MAX_STALLS)
     page = report.render(run, "t", {}, x=x)
     assert page.endswith("</html>")
-    assert report.figures(run, x=x)
+
+
+# Fewer examples than the axis's: each draws every figure with matplotlib (0.6 s of CPU).
+@settings(max_examples=20, deadline=None)
+@given(STEPS_AND_GAPS, st.sampled_from(report.AXES))
+def test_any_steps_and_gaps_give_figures(rows: list[tuple[float, int, bool]], x: str) -> None:
+    assert report.figures(_stepped_run(rows), x=x)
 
 
 def test_many_stalls_are_bounded_in_words(tmp_path: Path) -> None:
