@@ -54,17 +54,21 @@ test: $(STAMP)
 	exit $$status
 
 # Each framework's tests, and the report's, at the minimum version pyproject.toml declares
-# (tox envs; the
-# latest versions are what `make test` runs).
+# (tox envs; the latest versions are what `make test` runs): the envs side by side (each
+# one pytest process, about one CPU), without the tests marked `serial`; then those, one
+# env at a time, with the machine to themselves (TEST_PASS, tox.ini).
+MIN_ENVS = lightning-min,transformers-min,keras-min,report-min
 versions: $(STAMP)
-	$(BIN)/tox -e lightning-min,transformers-min,keras-min,report-min
+	TEST_PASS="not serial" $(BIN)/tox run-parallel --parallel 4 --parallel-no-spinner -e $(MIN_ENVS)
+	TEST_PASS=serial $(BIN)/tox run -e lightning-min,transformers-min,keras-min
 
 # The engine, record and report tests on the oldest and newest Python that pyproject.toml
 # declares (tox envs engine-py39, engine-py313). pyenv's shims run only the `pyenv global`
 # version, so each interpreter is looked for in pyenv's versions first, then on PATH, and
 # handed to tox (--discover) and to uv, which creates tox's envs and looks for them on PATH
 # alone (their folders first; it downloads no Python); one that is absent is skipped with
-# the reason (exit 0: tox would fail a run whose every env it skipped).
+# the reason (exit 0: tox would fail a run whose every env it skipped). The two envs run
+# side by side: their tests are the sleep-bound engine's, not the `serial` ones (tox.ini).
 PYENV_ROOT ?= $(HOME)/.pyenv
 pythons: $(STAMP)
 	@envs=; found=; dirs=; for v in 3.9 3.13; do \
@@ -76,7 +80,8 @@ pythons: $(STAMP)
 		else echo "$$env: skipped, no Python $$v (neither in $(PYENV_ROOT)/versions nor on PATH)"; fi; \
 	done; \
 	test -z "$$envs" || { set -x; PATH="$$dirs$$PATH" UV_PYTHON_DOWNLOADS=never \
-		$(BIN)/tox --discover $$found -e $${envs#,}; }
+		$(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner --discover $$found \
+			-e $${envs#,}; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
