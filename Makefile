@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # find-links (where a machine may keep torch's CPU build) unless it was given its own.
 export UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
 
-.PHONY: demo host-demo test versions pythons lint docs screenshots bench overhead diagnosis gpu-check gpu-wheels wheel-check clean
+.PHONY: demo host-demo setup test versions versions-others versions-serial pythons lint docs screenshots bench overhead diagnosis gpu-check gpu-wheels wheel-check clean
 
 # $(call install,VENV,ARGS): pip install ARGS into the virtual environment VENV, through
 # uv where pip can install uv (the test setup in about 55 s where pip alone takes 100 s on
@@ -47,6 +47,9 @@ host-demo: $(STAMP)
 # The tox envs of `make pythons` use it too.
 TEST_WORKERS ?= 4
 export TEST_WORKERS
+# The test setup alone (what `make test` makes first).
+setup: $(STAMP)
+
 test: $(STAMP)
 	@status=0; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial" || status=$$?; \
@@ -57,9 +60,13 @@ test: $(STAMP)
 # (tox envs; the latest versions are what `make test` runs): the envs side by side (each
 # one pytest process, about one CPU), without the tests marked `serial`; then those, one
 # env at a time, with the machine to themselves (TEST_PASS, tox.ini).
+# `versions-others` and `versions-serial` are its two halves (.ci/run runs the first
+# beside `make pythons`, whose envs tox keeps in a folder of their own: .tox/pythons).
 MIN_ENVS = lightning-min,transformers-min,keras-min,report-min
-versions: $(STAMP)
+versions: versions-others versions-serial
+versions-others: $(STAMP)
 	TEST_PASS="not serial" $(BIN)/tox run-parallel --parallel 4 --parallel-no-spinner -e $(MIN_ENVS)
+versions-serial: $(STAMP)
 	TEST_PASS=serial $(BIN)/tox run -e lightning-min,transformers-min,keras-min
 
 # The engine, record and report tests on the oldest and newest Python that pyproject.toml
@@ -80,8 +87,8 @@ pythons: $(STAMP)
 		else echo "$$env: skipped, no Python $$v (neither in $(PYENV_ROOT)/versions nor on PATH)"; fi; \
 	done; \
 	test -z "$$envs" || { set -x; PATH="$$dirs$$PATH" UV_PYTHON_DOWNLOADS=never \
-		$(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner --discover $$found \
-			-e $${envs#,}; }
+		$(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner --workdir .tox/pythons \
+			--discover $$found -e $${envs#,}; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
