@@ -42,6 +42,23 @@ def busy_child() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
+_CPU_START: list[float] = []  # this process's CPU time and the clock at train start
+
+
+def cpu_start() -> None:
+    """Mark the start of training for :func:`write_cpu`."""
+    _CPU_START[:] = [time.process_time(), time.monotonic()]
+
+
+def write_cpu(out: str, rank: int) -> None:
+    """OUT/cpu{rank}.json: this rank's CPU seconds and wall seconds since :func:`cpu_start`
+    and the CPUs it may use: the ground truth of its share of the job's CPUs."""
+    cpu, wall = time.process_time() - _CPU_START[0], time.monotonic() - _CPU_START[1]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"cpu{rank}.json"), "w") as f:
+        json.dump({"cpu": cpu, "wall": wall, "cpus": len(os.sched_getaffinity(0))}, f)
+
+
 def write_calls(out: str, rank: int) -> None:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"calls{rank}.json"), "w") as f:

@@ -10,7 +10,8 @@ start (``RuntimeError: can't start new thread``, injected by patching
 ``num_nodes=2`` (the launcher sets ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); node
 1 keeps a busy child process, so its numbers differ from node 0's. MODE ``spawn``: one
 node, two ranks under ``ddp_spawn``, each training step spinning a CPU. Rank 0 writes a
-CSVLogger under OUT; every rank writes the steps of its all-gathers to OUT/calls{rank}.json.
+CSVLogger under OUT; every rank writes the steps of its all-gathers to OUT/calls{rank}.json
+and its CPU time in training to OUT/cpu{rank}.json.
 With ``run_file`` the callback also writes ``run_file=True`` (in rank 0's log directory).
 """
 
@@ -66,6 +67,7 @@ class Marks(pl.Callback):
             common.limit_tasks(cgroup)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        common.cpu_start()
         if self.busy and trainer.node_rank == 1 and self.child is None:
             self.child = common.busy_child()
 
@@ -77,6 +79,7 @@ class Marks(pl.Callback):
             self.child.kill()
             self.child.wait()
         common.write_calls(self.out, trainer.global_rank)
+        common.write_cpu(self.out, trainer.global_rank)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         # Both ranks leave gloo together. Lightning destroys the process group at exit

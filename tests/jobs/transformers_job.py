@@ -4,7 +4,7 @@ Usage: ``torchrun ... transformers_job.py OUT MODE``. MODE ``nodes``: one rank p
 (``--nnodes 2 --node_rank k``); node 1 keeps a busy child process. MODE ``ranks``: one
 node, two ranks (``--nproc-per-node 2``), each step spinning a CPU. The world's rank 0
 writes ``state.log_history`` to OUT/log_history.json; every rank writes the steps of its
-all-gathers to OUT/calls{rank}.json.
+all-gathers to OUT/calls{rank}.json, and its CPU time in training to OUT/out/cpu{rank}.json.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class Marks(TrainerCallback):  # type: ignore[misc]
         self.child: Any = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        common.cpu_start()
         if self.busy and os.environ.get("GROUP_RANK") == "1":
             self.child = common.busy_child()
 
@@ -57,6 +58,7 @@ class Marks(TrainerCallback):  # type: ignore[misc]
         common.spin(self.spin)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        common.write_cpu(args.output_dir, args.process_index)  # OUT/out/cpu{rank}.json
         if self.child is not None:
             self.child.kill()
             self.child.wait()
