@@ -245,6 +245,8 @@ def test_lightning_run_file_true_writes_one_file_per_node(tmp_path: Path) -> Non
         assert steps[0] == 0 and steps[-1] == 23  # 24 steps, from the start-up sample on
 
 
+# Its ranks spin both CPUs: beside the parallel pass it made other tests' CPU shares move.
+@pytest.mark.serial
 def test_lightning_ddp_spawn_counts_every_rank_on_the_node(tmp_path: Path) -> None:
     """Regression: under ddp_spawn rank 1 is not rank 0's child; ``cpu`` read ~50 % of
     2 CPUs (rank 0 alone) where both ranks kept a CPU busy."""
@@ -290,6 +292,7 @@ def test_transformers_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
             assert any(name in h for h in history), name
 
 
+@pytest.mark.serial  # as the Lightning one's: its ranks spin both CPUs
 def test_transformers_torchrun_counts_every_rank_on_the_node(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     script = str(JOBS / "transformers_job.py")

@@ -38,8 +38,16 @@ def spin(seconds: float) -> None:
 
 
 def busy_child() -> subprocess.Popen[bytes]:
-    """A child process spinning one CPU: part of this rank's tree."""
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    """A child process spinning one CPU: part of this rank's tree. Returned once it spins:
+    on a loaded machine its interpreter took longer to start than the short run trained,
+    and node 1's numbers had none of it to show (test_transformers_logs_every_node...)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nsys.stdout.write('x')\nsys.stdout.flush()\n"
+         "while True: pass"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdout is not None and child.stdout.read(1) == b"x"
+    return child
 
 
 _CPU_START: list[float] = []  # this process's CPU time and the clock at train start
