@@ -60,8 +60,8 @@ test: $(STAMP)
 # (tox envs; the latest versions are what `make test` runs): the envs side by side (each
 # one pytest process, about one CPU), without the tests marked `serial`; then those, one
 # env at a time, with the machine to themselves (TEST_PASS, tox.ini).
-# `versions-others` and `versions-serial` are its two halves (.ci/run runs the first
-# beside `make pythons`, whose envs tox keeps in a folder of their own: .tox/pythons).
+# `versions-others` and `versions-serial` are its two halves. `make pythons` keeps its
+# envs in a tox folder of their own (.tox/pythons): the two may run at once.
 MIN_ENVS = lightning-min,transformers-min,keras-min,report-min
 versions: versions-others versions-serial
 versions-others: $(STAMP)

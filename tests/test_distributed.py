@@ -245,7 +245,7 @@ def test_lightning_run_file_true_writes_one_file_per_node(tmp_path: Path) -> Non
         assert steps[0] == 0 and steps[-1] == 23  # 24 steps, from the start-up sample on
 
 
-# Its ranks spin both CPUs: beside the parallel pass it made other tests' CPU shares move.
+# Its ranks spin both CPUs: beside the parallel pass they would move other tests' CPU shares.
 @pytest.mark.serial
 def test_lightning_ddp_spawn_counts_every_rank_on_the_node(tmp_path: Path) -> None:
     """Regression: under ddp_spawn rank 1 is not rank 0's child; ``cpu`` read ~50 % of

@@ -159,11 +159,12 @@ def test_failing_rules_stop_the_announcing_with_one_warning(
     lines: list[str] = []
     with SystemMonitor(interval=0.02, collectors=[Script({"cpu": 1.0})]) as m:
         live = LiveFindings(m, lines.append, every=0.02, first=0.0).start()
-        with pytest.warns(SystemMetricsWarning, match="live findings failed.*ZeroDivisionError"):
-            # Until the failure is handled, however long that takes: the thread runs at
-            # nice 19, and 0.2 s after the call it had not warned yet beside parallel
-            # workers (make pythons at load 10; the warning came after the test).
-            wait_for(lambda: calls and live._failed, timeout=300.0)
+        match = "live findings failed.*ZeroDivisionError"
+        with pytest.warns(SystemMetricsWarning, match=match) as warned:
+            # Until the warning has come, however long that takes: the thread runs at
+            # nice 19, and beside parallel workers it had set _failed but not yet warned
+            # 0.2 s later (make pythons at load 10, and CI; the warning came after the test).
+            wait_for(lambda: calls and live._failed and len(warned) > 0, timeout=300.0)
             time.sleep(0.2)  # no second evaluation comes
             live.close()
     assert len(calls) == 1 and lines == []

@@ -39,8 +39,9 @@ def spin(seconds: float) -> None:
 
 def busy_child() -> subprocess.Popen[bytes]:
     """A child process spinning one CPU: part of this rank's tree. Returned once it spins:
-    on a loaded machine its interpreter took longer to start than the short run trained,
-    and node 1's numbers had none of it to show (test_transformers_logs_every_node...)."""
+    on a loaded machine its interpreter can take longer to start than the short run
+    trains, leaving node 1's numbers nothing of it to show (a CI run read node 1 at 26.7 %
+    beside node 0's 26.6 % in test_transformers_logs_every_node_at_the_loss_steps)."""
     child = subprocess.Popen(
         [sys.executable, "-c", "import sys\nsys.stdout.write('x')\nsys.stdout.flush()\n"
          "while True: pass"],
