@@ -61,8 +61,14 @@ def check_points(
     step; accelerate's loader fetches two batches at its first ``next``), which is true
     but not the sleeps'. ``waits``: the seconds of each step spent between steps, where
     not every fetch is (all of them by default).
+
+    A step never takes less than its sleeps, but a loaded machine may add to any one
+    window (a 2-CPU CI runner once added 50 ms to one of Lightning's 4-step windows): each
+    point lies between 90 % and 150 % of the sleeps, their median within 20 %, and the
+    data wait is checked against the point's own seconds, the time beyond the sleeps
+    counted in either part of the step.
     """
-    n = 0
+    checked: list[float] = []
     for point in points:
         seconds = point.get(prefix + "step.seconds")
         if seconds in (None, ""):
@@ -70,18 +76,21 @@ def check_points(
         if skip:
             skip -= 1
             continue
-        n += 1
         seconds = float(seconds)
+        checked.append(seconds)
         wait = float(point[prefix + "step.dataWaitPercent"])
         throughput = float(point[prefix + "step.samplesPerSecond"])
         batches = round(per_step / (FETCH + COMPUTE))
         waited = batches * FETCH if waits is None else waits
-        assert abs(seconds - per_step) <= 0.2 * per_step, point
-        assert abs(wait - 100 * waited / per_step) <= 10, point
+        assert 0.9 * per_step <= seconds <= 1.5 * per_step, point
+        extra = max(seconds - per_step, 0.0)
+        assert 100 * waited / seconds - 10 <= wait <= 100 * (waited + extra) / seconds + 10, point
         # Samples over the same seconds: the batch size over the step time (the window's
         # weighting of both by seconds keeps them consistent to rounding).
         assert abs(throughput - batches * BATCH / seconds) <= 0.05 * throughput, point
-    return n
+    if checked:
+        assert abs(statistics.median(checked) - per_step) <= 0.2 * per_step, checked
+    return len(checked)
 
 
 # ---- Lightning ---------------------------------------------------------------------------
