@@ -153,7 +153,9 @@ class _Store:
 
     Row ``j`` holds ``weight[j]`` samples folded into one: ``time`` (s since the epoch)
     and ``monotonic`` (s) are its last sample's, ``step`` its last known step
-    (``_NO_STEP``: none). ``samples`` counts every sample added.
+    (``_NO_STEP``: none), ``closed`` the training steps its step keys stand for (the
+    samples' :attr:`~sysmetrics.reader.Sample.steps` summed; NaN: none said). ``samples``
+    counts every sample added.
     """
 
     def __init__(self) -> None:
@@ -161,6 +163,7 @@ class _Store:
         self.monotonic: array[float] = array("d")
         self.step: array[int] = array("q")
         self.weight: array[float] = array("d")
+        self.closed: array[float] = array("d")
         self.columns: dict[str, _Column] = {}
         self.samples = 0
         self.refused: Optional[str] = None  # the first key not kept (beyond LIVE_MAX_KEYS)
@@ -175,7 +178,7 @@ class _Store:
 
     def nbytes(self) -> int:
         """Bytes the store holds (its arrays, columns and keys; ``sys.getsizeof``)."""
-        rows = (self.time, self.monotonic, self.step, self.weight)
+        rows = (self.time, self.monotonic, self.step, self.weight, self.closed)
         return (
             sum(sys.getsizeof(column) for column in rows)
             + sys.getsizeof(self.columns)
@@ -223,6 +226,8 @@ class _Store:
         if self.since != self.since:
             self.since = self.monotonic[-1]
         self.weight.append(1.0)
+        closed = sample.steps
+        self.closed.append(float(closed) if type(closed) is int and closed > 0 else _NAN)
         self.samples += 1
         if room and self.full():
             self.make_room()
@@ -307,6 +312,9 @@ class _Store:
         self.step.extend(steps[h:])
         self.weight = array("d", (weight[2 * g] + weight[2 * g + 1] for g in range(half)))
         self.weight.extend(weight[h:])
+        closed = self.closed  # a pair's steps: both rows' (NaN where neither said)
+        self.closed = array("d", (_sum(closed[2 * g], closed[2 * g + 1]) for g in range(half)))
+        self.closed.extend(closed[h:])
 
     def _row_weights(self, h: int) -> dict[str, Sequence[float]]:
         """What each of the first ``h`` rows counts in a mean of a step key, by weight.
@@ -322,7 +330,10 @@ class _Store:
         for i, v in enumerate(per_step.values[: max(0, h - per_step.first)]):
             full[per_step.first + i] = v
         steps = [None if s == _NO_STEP else s for s in self.step[:h]]
-        return {how: row_weights(steps, full, None, how) for how in ("steps", "step_seconds")}
+        closed = [None if c != c else c for c in self.closed[:h]]
+        return {
+            how: row_weights(steps, full, None, how, closed) for how in ("steps", "step_seconds")
+        }
 
     def run(self, header: Mapping[str, Any]) -> Run:
         """A new :class:`Run` of the rows, one recording of ``header``: what the rules read."""
@@ -338,13 +349,14 @@ class _Store:
                     value = values[j - first]
                     if value == value:
                         metrics[key] = value
-            step = self.step[j]
+            step, closed = self.step[j], self.closed[j]
             run.add(
                 metrics,
                 self.time[j],
                 self.monotonic[j],
                 None if step == _NO_STEP else step,
                 recording=0,
+                steps=None if closed != closed else int(closed),
             )
         return run
 
@@ -356,6 +368,13 @@ def _finite(value: Any) -> float:
     except (TypeError, ValueError, OverflowError):
         return _NAN
     return number if math.isfinite(number) else _NAN
+
+
+def _sum(a: float, b: float) -> float:
+    """``a + b``, either alone where the other is NaN (NaN where both are)."""
+    if a != a:
+        return b
+    return a if b != b else a + b
 
 
 def _later(column: array[float], h: int) -> array[float]:

@@ -466,6 +466,7 @@ class SystemMonitor:
             readers = store.live()
             windowed, buffering = store.split(readers)
             stored: list[tuple[str, float]] = []
+            steps: int | None = None  # the steps this tick closed, by the step clock
             for c, checked in results:
                 weights = self._steps.weights if c is self._steps else None  # Description.weight
                 try:
@@ -475,8 +476,10 @@ class SystemMonitor:
                     failed.append((c, f"{exc}; it is disabled, the others go on"))
                 else:
                     stored.extend(checked)
+                    if c is self._steps:
+                        steps = self._steps.closed
             if buffering:
-                sample = Sample(store.tick_time, clock.monotonic(), self.step, dict(stored))
+                sample = Sample(store.tick_time, clock.monotonic(), self.step, dict(stored), steps)
                 store.push(buffering, sample)
             if store.tick % _SWEEP_EVERY == 0:
                 store.forget(readers)

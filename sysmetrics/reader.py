@@ -30,6 +30,9 @@ class Sample(NamedTuple):
     monotonic: float  # the monitor's monotonic clock, seconds
     step: int | None  # the training step set on the monitor (``monitor.step``), if any
     values: dict[str, float]  # every key this tick reported (no ``.max`` companions)
+    # The training steps this tick's step keys stand for: those closed since the previous
+    # tick that closed any (the step clock's own count; None where it closed none).
+    steps: int | None = None
 
 
 class Series:

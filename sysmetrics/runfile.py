@@ -8,7 +8,7 @@ A run file is UTF-8 JSON, one object per line, appended to by
              "start": s since the epoch, "interval": s, "cpus": number or null,
              "version": str}}
     {"time": s since the epoch, "monotonic": s, "step": int or null,
-     "metrics": {key: value}, "node": int}            one line per sample
+     "metrics": {key: value}, "steps": int, "node": int}   one line per sample
     ...
     {"end": {"seconds": s, "node": int, "samples": int, "dropped": int,
              "exit_status": int | "signal": int, "signal_name": str | "status": str}}
@@ -29,8 +29,13 @@ the hang watch found (:mod:`sysmetrics.hang`)::
   affinity, capped by its cgroup CPU quota; null where the job's CPU is not watched;
   absent in files written before it existed), ``version`` the sysmetrics version that
   wrote it.
-- A sample line has ``node`` only where the run spans several nodes (several nodes may
-  append to one file on a shared filesystem: their samples are told apart by it).
+- A sample line has ``steps`` only where its ``step.*`` keys closed training steps: how
+  many, by the step clock (since the previous sample that closed any), what the sample's
+  step keys weigh in a mean (:mod:`sysmetrics.weights`; the growth of ``step`` between
+  samples, by which files written before the field are weighed, is off by one where a
+  sample fell between two steps). It has ``node`` only where the run spans several
+  nodes (several nodes may append to one file on a shared filesystem: their samples are
+  told apart by it).
 - ``end`` is the last line of a recording that ended in order: ``seconds`` from its
   start, ``node``, ``samples`` written and ``dropped`` (lost to a writer that fell
   behind); under ``record`` the command's ``exit_status``, or the ``signal`` (number)
@@ -111,14 +116,17 @@ def sample_line(
     step: Optional[int],
     metrics: Mapping[str, float],
     node: Optional[int] = None,
+    steps: Optional[int] = None,
 ) -> bytes:
-    """One sample as a run-file line (UTF-8 JSON and a newline); ``node`` where given."""
+    """One sample as a run-file line (UTF-8 JSON and a newline); ``node``, ``steps`` where given."""
     record: dict[str, Any] = {
         "time": round(time, 6),
         "monotonic": round(monotonic, 6),
         "step": step,
         "metrics": metrics,
     }
+    if steps is not None:
+        record["steps"] = steps
     if node is not None:
         record["node"] = node
     return _dumps(record)
@@ -362,7 +370,9 @@ class Run:
     """A run file as columns: entry ``j`` of each list or column is sample ``j``.
 
     ``time`` is s since the epoch, ``monotonic`` s on the sampler's monotonic clock,
-    ``step`` the training step (``None`` where unknown or not a 64-bit integer), ``node``
+    ``step`` the training step (``None`` where unknown or not a 64-bit integer), ``steps``
+    the training steps the sample's step keys stand for (``None`` where the line does not
+    say: no step closed, or a file written before the field existed), ``node``
     the node rank (the sample's, else its recording's; ``None`` where neither says),
     ``recording`` the index of the sample's :class:`Recording` in ``recordings`` (-1 for
     a sample before any ``run`` line: a file written before the markers existed).
@@ -377,6 +387,7 @@ class Run:
         self.time: list[Optional[float]] = []
         self.monotonic: list[Optional[float]] = []
         self.step: list[Optional[int]] = []
+        self.steps: list[Optional[int]] = []
         self.node: list[Optional[int]] = []
         self.recording: list[int] = []
         self.recordings: list[Recording] = []
@@ -408,6 +419,7 @@ class Run:
         step: Any = None,
         node: Optional[int] = None,
         recording: int = -1,
+        steps: Any = None,
     ) -> None:
         """Append one sample; values that are not finite numbers are dropped."""
         n = len(self.step)
@@ -435,14 +447,22 @@ class Run:
                     stored.extend(_nans(n - len(stored)))
                 stored.append(value)
         columns.length = n + 1
-        self._sample(time, monotonic, step, node, recording)
+        self._sample(time, monotonic, step, node, recording, steps)
 
     def _sample(
-        self, time: Any, monotonic: Any, step: Any, node: Optional[int], recording: int
+        self,
+        time: Any,
+        monotonic: Any,
+        step: Any,
+        node: Optional[int],
+        recording: int,
+        steps: Any = None,
     ) -> None:
         self.time.append(finite(time))
         self.monotonic.append(finite(monotonic))
         self.step.append(_integer(step))
+        closed = _integer(steps)
+        self.steps.append(closed if closed is not None and closed > 0 else None)
         self.node.append(node)
         self.recording.append(recording)
 
@@ -463,6 +483,7 @@ class Run:
         self.time += other.time
         self.monotonic += other.monotonic
         self.step += other.step
+        self.steps += other.steps
         self.node += other.node if node is None else [node] * len(other)
         self.recording += [i + r if i >= 0 else -1 for i in other.recording]
         columns = self._columns
@@ -512,6 +533,7 @@ class Run:
         out.time = [self.time[j] for j in samples]
         out.monotonic = [self.monotonic[j] for j in samples]
         out.step = [self.step[j] for j in samples]
+        out.steps = [self.steps[j] for j in samples]
         out.node = [self.node[j] for j in samples]
         out.recording = [index.get(self.recording[j], -1) for j in samples]
         out.columns.length = len(samples)
@@ -611,7 +633,9 @@ def _fast_sample(
         state.flush()
         state.keys, state.first = keys, len(run)
     state.block.extend(row)
-    run._sample(data.get("time"), data.get("monotonic"), data.get("step"), node, r)
+    run._sample(
+        data.get("time"), data.get("monotonic"), data.get("step"), node, r, data.get("steps")
+    )
     return True
 
 
@@ -668,7 +692,10 @@ def _add_line(state: _Reading, raw: bytes, fast: Optional[Callable[[bytes], Any]
         state.cost += cost
         if not _fast_sample(state, metrics, data, r, node):
             state.flush()
-            run.add(metrics, data.get("time"), data.get("monotonic"), data.get("step"), node, r)
+            run.add(
+                metrics, data.get("time"), data.get("monotonic"), data.get("step"), node, r,
+                data.get("steps"),
+            )  # fmt: skip
     elif isinstance(data.get("run"), dict):
         if len(run.recordings) >= MAX_RECORDINGS:
             state.full = True

@@ -321,8 +321,9 @@ class StepCollector(BaseCollector):
 
     The monitor samples it last in each tick, after giving it the tick's energy
     counters (:meth:`observe`); it reports nothing at a sample that closed no step
-    (nothing stale at a new point), and :attr:`weight` says how many steps its latest
-    sample stands for, by which the monitor's readers weigh it.
+    (nothing stale at a new point), and :attr:`closed` says how many steps its latest
+    sample stands for (None: it reported nothing), by which the monitor's readers weigh
+    it and which the run file records with the sample (``steps``).
 
     :attr:`weights` holds, for each key of the latest sample, what it counts in a
     window's mean: its :attr:`~sysmetrics.descriptions.Description.weight` (steps, or
@@ -343,6 +344,7 @@ class StepCollector(BaseCollector):
         self._means: deque[float] = deque(maxlen=MEDIAN_WINDOW)  # step.seconds, the first out
         self._emitted = 0  # samples emitted from this source
         self.weights: dict[str, float] = {}
+        self.closed: int | None = None  # the steps the latest sample stands for (None: none)
 
     def observe(self, values: Mapping[str, float]) -> None:
         """Take this tick's energy counters out of the other collectors' values."""
@@ -355,7 +357,7 @@ class StepCollector(BaseCollector):
 
         With the clock's :attr:`StepClock.peers`, every rank's keys of the node too.
         """
-        self.weights = {}
+        self.weights, self.closed = {}, None
         out = self._sample_here()
         owner = getattr(self._current, "__self__", None)
         peers = owner.peers if isinstance(owner, StepClock) else None
@@ -385,6 +387,7 @@ class StepCollector(BaseCollector):
         if steps <= 0 or seconds <= 0.0:
             return {}
         self._prev = totals
+        self.closed = steps
         out = {
             "step.seconds": seconds / steps,
             "step.dataWaitPercent": 100.0 * (totals.wait - prev.wait) / seconds,

@@ -44,9 +44,10 @@ class Follower:
         self.path = path
         self.state = PanelState(title)
         self.node: int | None = None
-        self.samples: deque[tuple[float, float | None, int | None, dict[str, float]]] = deque(
-            maxlen=KEEP_SAMPLES
-        )
+        # (time, monotonic, step, metrics, steps): what runfile.Run.add takes
+        self.samples: deque[
+            tuple[float, float | None, int | None, dict[str, float], int | None]
+        ] = deque(maxlen=KEEP_SAMPLES)
         self._file: Any = None
         self._partial = b""
         self._skipping = False  # inside a line over MAX_LINE_BYTES
@@ -112,9 +113,12 @@ class Follower:
             step = step if isinstance(step, int) and not isinstance(step, bool) else None
             self.state.add(metrics, float(when), None, step)
             mono = record.get("monotonic")
+            closed = record.get("steps")  # what the sample's step keys stand for
+            closed = closed if isinstance(closed, int) and not isinstance(closed, bool) else None
             self.samples.append(
-                (float(when), mono if isinstance(mono, (int, float)) else None, step, metrics)
-            )
+                (float(when), mono if isinstance(mono, (int, float)) else None, step, metrics,
+                 closed)
+            )  # fmt: skip
 
     def waiting(self, now: float) -> str | None:
         """Why the panel shows nothing new: no file yet, no sample yet, none for a while."""
@@ -139,8 +143,8 @@ def stragglers(followers: Sequence[Follower]) -> dict[int, str]:
 
     run = runfile.Run()
     for k, f in enumerate(followers):
-        for when, mono, step, metrics in f.samples:
-            run.add(metrics, when, mono, step, node=k)
+        for when, mono, step, metrics, closed in f.samples:
+            run.add(metrics, when, mono, step, node=k, steps=closed)
     out: dict[int, str] = {}
     for found in findings.findings(run):
         subject = found.subject

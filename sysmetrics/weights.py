@@ -6,10 +6,13 @@ The one home of the rule the monitor's readers follow live (:meth:`Reader._fold
 table and the findings average a key with :func:`weighted_mean`, so the page's table
 and its findings say the same number.
 
-A run file records no weights: a sample's step keys stand for the steps completed since
-the previous sample with step keys, which :func:`sample_weights` derives from the
-samples' ``step`` marks (their growth), and for those steps' seconds (steps times
-``step.seconds``).
+A sample's step keys stand for the steps completed since the previous sample with step
+keys, and for those steps' seconds (steps times ``step.seconds``). A run file records
+how many (a sample line's ``steps``, the step clock's own count); for files written
+before it did, :func:`sample_weights` derives them from the samples' ``step`` marks
+(their growth), which are off by one where a sample fell between two steps: the marks
+name the step being trained, the clock counts the steps ended. With a step a sample or
+so, that was a slow window weighed as twice its steps, or as the median window's.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ _PER_STEP = "step.seconds"  # the step key every sample that closed a step has
 def sample_weights(run: Run, how: Weight) -> list[float]:
     """What each sample of ``run`` counts in a mean of a key weighted ``how``.
 
-    ``sample``: 1 each. ``steps``: the steps a sample with ``step.seconds`` stands for,
-    the growth of ``step`` since the previous such sample of its node's recording (steps
+    ``sample``: 1 each. ``steps``: the steps a sample with ``step.seconds`` stands for:
+    what its line says (``steps``), else the growth of ``step`` since the previous such
+    sample of its node's recording (steps
     restart with a recording, and nodes' samples interleave), for the first such sample
     since the latest sample before it with a mark; where that is unknown (no mark before
     it, a step that went back) the median of the others (1 where there are none).
@@ -43,7 +47,7 @@ def sample_weights(run: Run, how: Weight) -> list[float]:
     if how == "sample" or per_step is None:
         return [1.0] * len(run)
     segment = RunView(run).segment  # the recordings, as every reader tells them apart
-    return row_weights(run.step, per_step, list(zip(run.node, segment)), how)
+    return row_weights(run.step, per_step, list(zip(run.node, segment)), how, run.steps)
 
 
 def row_weights(
@@ -51,10 +55,13 @@ def row_weights(
     per_step: Sequence[float],
     parts: Optional[Sequence[Hashable]],
     how: Weight,
+    closed: Optional[Sequence[Optional[float]]] = None,
 ) -> list[float]:
     """:func:`sample_weights` of rows: their ``steps``, ``step.seconds`` (NaN: none), parts.
 
     ``parts`` says which rows share a step count (a node's recording; None: all do).
+    ``closed``: the steps each row stands for where known (a run file's ``steps``; None
+    where not), used before the marks' growth.
     The one rule, for a run file's samples and for the live store's rows (which folds
     the ``step.*`` keys of two rows by these weights).
     """
@@ -73,7 +80,10 @@ def row_weights(
             continue
         timed.append(j)
         before = previous.get(part, marked.get(part))
-        if before is not None and here is not None and here > before:
+        count = None if closed is None else closed[j]
+        if count is not None and count > 0:
+            out[j] = float(count)
+        elif before is not None and here is not None and here > before:
             out[j] = float(here - before)
         if here is not None:
             previous[part] = here

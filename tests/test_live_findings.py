@@ -417,6 +417,26 @@ def test_folding_means_gauges_keeps_counters_last_and_peaks_max() -> None:
     assert len(run) == 2 and run.step == [2, 3]
 
 
+def test_folding_weighs_step_keys_by_the_steps_each_sample_closed() -> None:
+    """The live store folds two rows' step keys by the steps the samples say they closed
+    (``Sample.steps``, the step clock's count), not by the growth of their step marks,
+    which name the step being trained: here the marks grew by 2, then by 0, for one
+    step each (the run file's case, tests/test_weights.py). The folded row and the run
+    the rules read keep the sum."""
+    store = live_findings._Store()
+    rows = [(0, 0.0, None), (8, 0.01, 8), (8, 0.1, 1), (10, 0.2, 1), (10, 0.1, 1),
+            (12, 0.2, 1), (12, 0.1, 1), (14, 0.2, 1)]  # fmt: skip
+    for j, (step, seconds, closed) in enumerate(rows):
+        values = {"cpu": 1.0} if closed is None else {"cpu": 1.0, "step.seconds": seconds}
+        store.add(Sample(1.7e9 + j, float(j), step, values, closed))
+    store.fold()  # rows 0-1 and 2-3 become one each
+    assert list(store.closed) == [8.0, 2.0, 1.0, 1.0, 1.0, 1.0]
+    seconds = [0.01, 0.15, 0.1, 0.2, 0.1, 0.2]  # the pair's mean over its two steps
+    assert list(store.columns["step.seconds"].values) == pytest.approx(seconds)
+    run = store.run({"pid": 1, "interval": 1.0, "cpus": 2.0})
+    assert run.steps == [8, 2, 1, 1, 1, 1]
+
+
 def test_a_gpu_busy_only_later_is_seen_busy_at_close() -> None:
     """The rules read a fresh run at each evaluation: nothing cached from an earlier one.
 

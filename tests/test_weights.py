@@ -179,6 +179,7 @@ def crafted(steps: list[int | None], per_step: list[float], nodes: list[int | No
         run.time.append(1.7e9 + j)
         run.monotonic.append(float(j))
         run.step.append(s)
+        run.steps.append(None)  # as a file written before lines said their steps
         run.node.append(nodes[j])
         run.recording.append(0)
     nan = float("nan")
@@ -214,3 +215,69 @@ def test_sample_weights_from_the_step_marks_of_each_node() -> None:
     assert math.isnan(weighted_mean(run, "cpu"))  # no such key
     del run.columns["step.seconds"]  # nothing says the steps: each sample once
     assert weighted_mean(run, "step.dataWaitPercent") == pytest.approx(35.0)
+
+
+def test_a_run_file_weighs_each_sample_by_the_steps_its_clock_closed(tmp_path: Path) -> None:
+    """Regression: a run file's step keys were weighed by the growth of the samples' step
+    marks, which name the step being trained while the clock counts the steps ended. A
+    sample taken between two slow steps had marks that did not move though a step had
+    ended, and was weighed as the median window (a CI run's report said 0.0185 s a step
+    for the clock's 0.0140). A real monitor, step clock and run file, sampled by hand at
+    the moments that mislead the marks (the clock's time is the test's): 8 steps of
+    10 ms, then 12 of 100 ms, each followed by 50 ms of waiting for data, every other
+    one sampled during it and after it (one step ended in each window; the marks grew
+    by 2, then by 0). The report's mean is the clock's."""
+    from sysmetrics import SystemMonitor, report
+    from sysmetrics.runfile import read_run
+    from sysmetrics.sinks.jsonl import JsonlSink
+    from sysmetrics.steptime import StepClock
+    from sysmetrics.weights import sample_weights
+
+    pytest.importorskip("matplotlib", reason="needs the [report] extra")
+    t = [0.0]
+    clock = StepClock(lambda: t[0])
+    monitor = SystemMonitor(interval=3600, collectors=[])
+    monitor.step_timing = clock.read
+    path = tmp_path / "run.jsonl"
+    sink = JsonlSink(monitor, path)
+    try:
+        monitor.step = 0
+        clock.restart()
+        monitor._sample_once()  # the baseline
+        for n in range(8):
+            clock.begin()
+            monitor.step = n
+            t[0] += 0.010
+            clock.end()
+        for n in range(8, 20):
+            clock.begin()
+            monitor.step = n
+            if n % 2 == 0:
+                monitor._sample_once()  # in the step: the mark is n, n steps ended
+            t[0] += 0.100
+            clock.end()
+            if n % 2 == 0:
+                monitor._sample_once()  # after it: the mark is still n, n + 1 steps ended
+            t[0] += 0.050  # the next batch's fetch
+        clock.begin()
+        monitor.step = 20
+        monitor._sample_once()
+    finally:
+        sink.close()
+        monitor.stop()
+    truth = clock.read()
+    assert truth.steps == 20
+    run = read_run(path)
+    closed = [s for s in run.steps if s is not None]
+    assert sum(closed) == 20 and closed[0] == 8, run.steps  # every line that closed steps
+    weights = sample_weights(run, "steps")
+    assert [w for w in weights if w == w] == closed
+    rows = {r.label: r for r in report.summary(report.series(run))}
+    assert rows["step.seconds"].mean == pytest.approx(truth.seconds / truth.steps)
+    # A file written before the lines said their steps is still read, by the marks.
+    old = tmp_path / "old.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    old.write_text("".join(json.dumps({k: v for k, v in x.items() if k != "steps"}) + "\n"
+                           for x in lines))  # fmt: skip
+    assert all(s is None for s in read_run(old).steps)
+    assert sum(w for w in sample_weights(read_run(old), "steps") if w == w) > 0

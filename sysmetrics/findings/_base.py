@@ -252,6 +252,7 @@ def node_runs(run: Run) -> tuple[dict[int, Run], bool]:
         for k, columns in sorted(gathered.items()):
             part = Run()
             part.time, part.monotonic, part.step = run.time, run.monotonic, run.step
+            part.steps = run.steps
             part.node, part.recording, part.recordings = run.node, run.recording, run.recordings
             part.columns = columns
             out[k] = part

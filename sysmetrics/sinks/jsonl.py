@@ -74,10 +74,12 @@ def make_folders(path: PathLike) -> list[str]:
 def line(sample: Sample, node: Optional[int] = None) -> bytes:
     """One sample as a run-file line (UTF-8 JSON and a newline), see :mod:`sysmetrics.runfile`.
 
-    ``{"time": s since the epoch, "monotonic": s, "step": int or null, "metrics": {key: value}}``
-    and ``"node": k`` where ``node`` is given.
+    ``{"time": s since the epoch, "monotonic": s, "step": int or null, "metrics": {key: value}}``,
+    ``"steps": n`` where the sample closed steps and ``"node": k`` where ``node`` is given.
     """
-    return runfile.sample_line(sample.time, sample.monotonic, sample.step, sample.values, node)
+    return runfile.sample_line(
+        sample.time, sample.monotonic, sample.step, sample.values, node, sample.steps
+    )
 
 
 class JsonlSink:
