@@ -6,9 +6,15 @@ helper each defined alike.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import socket
 import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 TIMEOUT = 300  # s a launch may take (a real 2-node job on a loaded 2-CPU machine)
 
@@ -19,6 +25,29 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
     return port
+
+
+def once(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder ``name`` that ``make(folder)`` filled, made once in this test session.
+
+    Under pytest-xdist each worker has its own session fixtures: the first to ask makes
+    the folder in the session's temporary folder (its workers' parent) while the others
+    wait on a file lock, then read the same folder. A ``make`` that failed is tried again
+    by the next to ask (each then fails alike).
+    """
+    base = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, shared by its workers
+    folder = base / name
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder / ".made"
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
 
 
 def run_all(

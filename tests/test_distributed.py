@@ -3,7 +3,10 @@
 Two nodes are simulated on this machine by two launches with node ranks 0 and 1 (Lightning:
 ``NODE_RANK``, ``num_nodes=2``; torchrun: ``--nnodes 2 --node_rank k``); node 1 keeps a busy
 child process, so its numbers are told apart from node 0's. The job scripts are in
-``tests/jobs/``; they record every ``all_gather_object`` with its step.
+``tests/jobs/``; they record every ``all_gather_object`` with its step. The Lightning
+runs that need no fault of their own (NODE_RUNS) are made by one launch of the job, one
+``Trainer.fit`` after the other (the launch, the imports and the rendezvous took most of
+each run's 20 s on 2 CPUs).
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from sysmetrics import distributed
-from tests.launch import free_port, run_all
+from tests.launch import free_port, once, run_all
 
 pytest.importorskip("torch")
 JOBS = Path(__file__).parent / "jobs"
@@ -64,16 +67,70 @@ def counts_both_ranks(cpu: float, out: Path) -> None:
     assert cpu > alone + 0.5 * other and cpu <= 100.0, (cpu, alone, other)
 
 
-def test_lightning_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
-    pytest.importorskip("lightning")
+def warnings_in(output: str) -> list[str]:
+    """The sysmetrics warnings a rank printed (Lightning prints some without the category)."""
+    return [line[line.index("sysmetrics: ") :] for line in output.splitlines()
+            if "sysmetrics: " in line]  # fmt: skip
+
+
+def two_nodes(
+    tmp_path: Path, options: dict[str, Any] | list[dict[str, Any]],
+    env: dict[int, dict[str, str]] | None = None, wrap: dict[int, list[str]] | None = None,
+) -> list[str]:  # fmt: skip
+    """The Lightning job on two simulated nodes with these callback options (a list:
+    one run for each, see tests/jobs/lightning_job.py); the outputs."""
     port = str(free_port())
     script = str(JOBS / "lightning_job.py")
-    run_all([
-        ([sys.executable, script, str(tmp_path / f"node{k}"), "nodes"],
-         {"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+    env, wrap = env or {}, wrap or {}
+    return run_all([
+        ([*wrap.get(k, []), sys.executable, script, str(tmp_path / f"node{k}"), "nodes",
+          json.dumps(options)],
+         {"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+          **env.get(k, {})})
         for k in (0, 1)
     ])  # fmt: skip
-    rows = csv_rows(tmp_path / "node0")
+
+
+# The runs of one launch: each one's callback options and node 1's fetch sleep (s).
+NODE_RUNS: dict[str, tuple[dict[str, Any], float]] = {
+    "default": ({"interval": 0.05}, 0.0),
+    "interval 1 s": ({"interval": 1.0}, 0.0),
+    "run_file": ({"interval": 0.1, "run_file": True}, 0.0),
+    "node 1 loads slower": ({"interval": 0.05}, 0.04),
+}
+
+
+class NodeRun(NamedTuple):
+    """One of NODE_RUNS: ``node(k)`` is what node ``k``'s job wrote of it (its OUT)."""
+
+    folder: Path
+    index: int
+
+    def node(self, k: int) -> Path:
+        return self.folder / f"node{k}" / str(self.index)
+
+
+@pytest.fixture(scope="session")
+def node_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, NodeRun]:
+    """The Lightning job on two simulated nodes, once for each of NODE_RUNS, in one launch
+    made once in the session (tests.launch.once: the xdist workers share it)."""
+    pytest.importorskip("lightning")
+    runs = list(NODE_RUNS.values())
+
+    def make(folder: Path) -> None:
+        sleeps = ",".join(str(sleep) for _, sleep in runs)
+        outputs = two_nodes(folder, [options for options, _ in runs],
+                            env={1: {"JOB_FETCH_SLEEP": sleeps}})  # fmt: skip
+        for output in outputs:
+            assert not warnings_in(output), output[-3000:]
+
+    folder = once(tmp_path_factory, "lightning-two-nodes", make)
+    return {name: NodeRun(folder, i) for i, name in enumerate(NODE_RUNS)}
+
+
+def test_lightning_logs_every_node_at_the_loss_steps(node_runs: dict[str, NodeRun]) -> None:
+    run = node_runs["default"]
+    rows = csv_rows(run.node(0))
     loss_steps = steps_with(rows, "train_loss")
     assert loss_steps == [3, 7, 11, 15, 19, 23]
     keys = ("node0/cpu", "node1/cpu", "nodes_min/cpu", "nodes_max/cpu", "node1/memory",
@@ -91,44 +148,22 @@ def test_lightning_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
             assert float(r["system/nodes_max/cpu"]) == max(pair)
     # Both ranks gathered at the same steps: once at train start (the layout), then only
     # at the logging steps.
-    [rank0], [rank1] = calls(tmp_path / "node0", 0), calls(tmp_path / "node1", 1)
+    [rank0], [rank1] = calls(run.node(0), 0), calls(run.node(1), 1)
     assert rank0 == rank1 == [-1, *loss_steps]
 
 
-def warnings_in(output: str) -> list[str]:
-    """The sysmetrics warnings a rank printed (Lightning prints some without the category)."""
-    return [line[line.index("sysmetrics: ") :] for line in output.splitlines()
-            if "sysmetrics: " in line]  # fmt: skip
-
-
-def two_nodes(
-    tmp_path: Path, options: dict[str, Any], env: dict[int, dict[str, str]] | None = None,
-    wrap: dict[int, list[str]] | None = None,
-) -> list[str]:  # fmt: skip
-    """The Lightning job on two simulated nodes with these callback options; the outputs."""
-    port = str(free_port())
-    script = str(JOBS / "lightning_job.py")
-    env, wrap = env or {}, wrap or {}
-    return run_all([
-        ([*wrap.get(k, []), sys.executable, script, str(tmp_path / f"node{k}"), "nodes",
-          json.dumps(options)],
-         {"NODE_RANK": str(k), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-          **env.get(k, {})})
-        for k in (0, 1)
-    ])  # fmt: skip
-
-
-def test_a_node_without_a_new_sample_still_joins_every_gather(tmp_path: Path) -> None:
+def test_a_node_without_a_new_sample_still_joins_every_gather(
+    node_runs: dict[str, NodeRun],
+) -> None:
     """Regression (issue 22): at interval=1.0 with ~30 ms steps the points repeated the
     previous window. A point where a node has no new sample has none of that node's keys
     (a gap), yet every rank still gathers at every logging step (a rank skipping a
     collective alone would hang the job): the decision stays the step's alone."""
-    pytest.importorskip("lightning")
-    two_nodes(tmp_path, {"interval": 1.0})
-    rows = csv_rows(tmp_path / "node0")
+    run = node_runs["interval 1 s"]
+    rows = csv_rows(run.node(0))
     loss_steps = steps_with(rows, "train_loss")
     assert loss_steps == [3, 7, 11, 15, 19, 23]
-    [rank0], [rank1] = calls(tmp_path / "node0", 0), calls(tmp_path / "node1", 1)
+    [rank0], [rank1] = calls(run.node(0), 0), calls(run.node(1), 1)
     assert rank0 == rank1 == [-1, *loss_steps]
     for node in (0, 1):
         logged = steps_with(rows, f"system/node{node}/cpu")
@@ -226,16 +261,17 @@ def test_a_disk_path_on_one_node_only_leaves_the_job_running(tmp_path: Path) -> 
     assert not steps_with(rows, f"system/node1/disk.{scratch}.usagePercent")
 
 
-def test_lightning_run_file_true_writes_one_file_per_node(tmp_path: Path) -> None:
+def test_lightning_run_file_true_writes_one_file_per_node(node_runs: dict[str, NodeRun]) -> None:
     """Regression: with ``run_file=True`` both nodes appended to one
     ``system_metrics.jsonl`` in the (broadcast) log directory, unmarked, and the report
     mixed them. Each node writes ``system_metrics.node{k}.jsonl``, every sample tagged."""
-    pytest.importorskip("lightning")
-    two_nodes(tmp_path, {"interval": 0.1, "run_file": True})
-    files = sorted(p.name for p in tmp_path.glob("node*/csv/version_0/system_metrics*.jsonl"))
-    assert files == ["system_metrics.node0.jsonl", "system_metrics.node1.jsonl"]
+    run = node_runs["run_file"]
+    written = [p for k in (0, 1) for p in run.node(k).glob("csv/version_0/system_metrics*.jsonl")]
+    assert sorted(p.name for p in written) == [
+        "system_metrics.node0.jsonl", "system_metrics.node1.jsonl"
+    ]  # fmt: skip
     for k in (0, 1):
-        (path,) = tmp_path.glob(f"node*/csv/version_0/system_metrics.node{k}.jsonl")
+        (path,) = [p for p in written if p.name == f"system_metrics.node{k}.jsonl"]
         records = [json.loads(x) for x in path.read_text().splitlines()]
         assert records[0]["run"]["node"] == k and records[-1]["end"]["node"] == k
         assert records[-1]["end"]["status"] == "finished"
@@ -359,14 +395,14 @@ def test_include_and_exclude_see_the_plain_key_under_a_node() -> None:
     core.stop()
 
 
-def test_the_node_with_the_slower_loader_has_the_larger_data_wait(tmp_path: Path) -> None:
+def test_the_node_with_the_slower_loader_has_the_larger_data_wait(
+    node_runs: dict[str, NodeRun],
+) -> None:
     """Issue 25: node 1's batches take 40 ms more to fetch. In synchronous training both
     nodes' steps take as long as the slowest: node 0 waits for node 1 inside its step (in
     the gradient all-reduce of the backward pass), node 1 waits for its loader between
     steps, so it is node 1's ``step.dataWaitPercent`` that is the larger."""
-    pytest.importorskip("lightning")
-    two_nodes(tmp_path, {"interval": 0.05}, env={1: {"JOB_FETCH_SLEEP": "0.04"}})
-    rows = csv_rows(tmp_path / "node0")
+    rows = csv_rows(node_runs["node 1 loads slower"].node(0))
     loss_steps = steps_with(rows, "train_loss")
     timed = steps_with(rows, "system/node1/step.dataWaitPercent")
     assert len(timed) >= 3 and set(timed) <= set(loss_steps), (timed, loss_steps)

@@ -1,12 +1,16 @@
 """A Lightning DDP run (gloo, CPU) for tests/test_distributed.py.
 
 Usage: ``python lightning_job.py OUT MODE [OPTIONS]``; OPTIONS: the callback's options as
-JSON (default ``{"interval": 0.05}``). With ``JOB_PIDS_CGROUP=DIR`` (a pids cgroup v1 directory) in
+JSON (default ``{"interval": 0.05}``), or a list of them: one ``Trainer.fit`` after the
+other for each, in the same processes and (MODE ``nodes``) process group, run ``i``
+written under OUT/{i} (the launch, the imports and the rendezvous, most of a run's time
+on 2 CPUs, paid once). With ``JOB_PIDS_CGROUP=DIR`` (a pids cgroup v1 directory) in
 its environment, a rank caps its tasks there at setup (a real ``pids.max`` limit: no new
 thread or process from then on); with ``JOB_NO_THREADS=1``, no sysmetrics thread can
 start (``RuntimeError: can't start new thread``, injected by patching
 ``threading.Thread.start``); with ``JOB_FETCH_SLEEP=SECONDS``, each batch's fetch
-(its collate function) sleeps that long on this node. MODE ``nodes``: one rank per node,
+(its collate function) sleeps that long on this node (a comma-separated list: each
+run's, empty for none). MODE ``nodes``: one rank per node,
 ``num_nodes=2`` (the launcher sets ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); node
 1 keeps a busy child process, so its numbers differ from node 0's. MODE ``spawn``: one
 node, two ranks under ``ddp_spawn``, each training step spinning a CPU. Rank 0 writes a
@@ -53,10 +57,12 @@ class Spinning(pl.LightningModule):
 
 
 class Marks(pl.Callback):
-    """Records the step for the collective counter; node 1 runs a busy child."""
+    """Records the step for the collective counter; node 1 runs a busy child. ``leave``:
+    the ranks leave the process group at teardown (``ddp_spawn``'s ranks, whose process
+    group ends with the fit; several runs of ``nodes`` keep theirs until the last)."""
 
-    def __init__(self, out: str, busy: bool) -> None:
-        self.out, self.busy = out, busy
+    def __init__(self, out: str, busy: bool, leave: bool) -> None:
+        self.out, self.busy, self.leave = out, busy, leave
         self.child: Any = None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -82,20 +88,30 @@ class Marks(pl.Callback):
         common.write_cpu(self.out, trainer.global_rank)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        # Both ranks leave gloo together. Lightning destroys the process group at exit
-        # with no barrier; under ddp_spawn a rank that got there first aborted now and
-        # then in gloo's teardown ("terminate called without an active exception",
-        # SIGABRT) after Trainer.fit had finished: 1 run in 8 with the callback (whose
-        # last sample makes rank 0 leave later), 0 in 10 without; 0 in 10 with this.
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.barrier()
-            torch.distributed.destroy_process_group()
+        if self.leave:
+            leave()
 
 
-def slow_collate(items: list[Any]) -> Any:
-    """The default collate, after sleeping ``JOB_FETCH_SLEEP`` seconds: a slow loader."""
-    time.sleep(float(os.environ["JOB_FETCH_SLEEP"]))
-    return torch.utils.data.default_collate(items)
+def leave() -> None:
+    """Both ranks leave gloo together. Lightning destroys the process group at exit with
+    no barrier; under ddp_spawn a rank that got there first aborted now and then in
+    gloo's teardown ("terminate called without an active exception", SIGABRT) after
+    Trainer.fit had finished: 1 run in 8 with the callback (whose last sample makes rank
+    0 leave later), 0 in 10 without; 0 in 10 with this."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
+class SlowCollate:
+    """The default collate, after sleeping ``seconds``: a slow loader."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, items: list[Any]) -> Any:
+        time.sleep(self.seconds)
+        return torch.utils.data.default_collate(items)
 
 
 def no_sysmetrics_threads() -> None:
@@ -110,15 +126,13 @@ def no_sysmetrics_threads() -> None:
     threading.Thread.start = failing_start  # type: ignore[method-assign]
 
 
-def main() -> None:
-    out, mode = sys.argv[1], sys.argv[2]
-    options = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {"interval": 0.05}
+def fit(out: str, nodes: bool, options: dict[str, Any], fetch_sleep: float) -> None:
+    """One run: its own model, callbacks, logger and collective count under ``out``."""
     # The tests read this job's console for warnings: the findings told live (a loaded
     # machine is contention) have their own test (tests/test_live_findings.py).
     options.setdefault("live_findings", False)
-    if os.environ.get("JOB_NO_THREADS") == "1":
-        no_sysmetrics_threads()
-    nodes = mode == "nodes"
+    common.CALLS.clear()
+    common.STEP[0] = -1
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(192, 8, generator=g), torch.randn(192, 1, generator=g))
     trainer = pl.Trainer(
@@ -126,12 +140,28 @@ def main() -> None:
         num_nodes=2 if nodes else 1, devices=1 if nodes else 2,
         strategy="ddp" if nodes else "ddp_spawn",
         logger=CSVLogger(out, name="csv"),
-        callbacks=[SystemMetricsCallback(**options), Marks(out, busy=nodes)],
+        callbacks=[SystemMetricsCallback(**options), Marks(out, busy=nodes, leave=not nodes)],
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
-    collate = slow_collate if os.environ.get("JOB_FETCH_SLEEP") else None
+    collate = SlowCollate(fetch_sleep) if fetch_sleep > 0 else None
     loader = DataLoader(data, batch_size=4, collate_fn=collate)
     trainer.fit(Spinning(0.03 if nodes else 0.1), loader)
+
+
+def main() -> None:
+    out, mode = sys.argv[1], sys.argv[2]
+    given = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {"interval": 0.05}
+    runs = given if isinstance(given, list) else [given]
+    sleeps = os.environ.get("JOB_FETCH_SLEEP", "").split(",")
+    if os.environ.get("JOB_NO_THREADS") == "1":
+        no_sysmetrics_threads()
+    nodes = mode == "nodes"
+    for i, options in enumerate(runs):
+        where = os.path.join(out, str(i)) if isinstance(given, list) else out
+        sleep = sleeps[i] if len(sleeps) > 1 else sleeps[0]
+        fit(where, nodes, options, float(sleep or 0))
+    if nodes:
+        leave()
 
 
 if __name__ == "__main__":
