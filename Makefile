@@ -44,7 +44,8 @@ host-demo: $(STAMP)
 # suite is mostly sleeps and child processes, and on the CI machine's 2 CPUs 4 workers
 # took the first pass from about 14 min to 5.5; the timing-bound tests that failed beside
 # them now compare with what their processes really got (CONTRIBUTING.md, "Tests").
-# The tox envs of `make pythons` use it too.
+# The tox envs of `make pythons` use it too. TEST_SERIAL_STARTED, where set, is a file
+# made as the serial pass starts (.ci/run starts the linters beside that pass on it).
 TEST_WORKERS ?= 4
 export TEST_WORKERS
 # The test setup alone (what `make test` makes first).
@@ -53,6 +54,7 @@ setup: $(STAMP)
 test: $(STAMP)
 	@status=0; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial" || status=$$?; \
+	test -z "$$TEST_SERIAL_STARTED" || touch "$$TEST_SERIAL_STARTED"; \
 	$(BIN)/python -m pytest -p no:xdist -m serial || status=$$?; \
 	exit $$status
 
@@ -62,12 +64,14 @@ test: $(STAMP)
 # env at a time, with the machine to themselves (TEST_PASS, tox.ini).
 # `versions-others` and `versions-serial` are its two halves. `make pythons` keeps its
 # envs in a tox folder of their own (.tox/pythons): the two may run at once.
-MIN_ENVS = lightning-min,transformers-min,keras-min,report-min
+# SERIAL_MIN_ENVS: those with `serial` tests (report-min's are all `kernel` too, tox.ini).
+SERIAL_MIN_ENVS = lightning-min,transformers-min,keras-min
+MIN_ENVS = $(SERIAL_MIN_ENVS),report-min
 versions: versions-others versions-serial
 versions-others: $(STAMP)
 	TEST_PASS="not serial" $(BIN)/tox run-parallel --parallel 4 --parallel-no-spinner -e $(MIN_ENVS)
 versions-serial: $(STAMP)
-	TEST_PASS=serial $(BIN)/tox run -e lightning-min,transformers-min,keras-min
+	TEST_PASS=serial $(BIN)/tox run -e $(SERIAL_MIN_ENVS)
 
 # The engine, record and report tests on the oldest and newest Python that pyproject.toml
 # declares (tox envs engine-py39, engine-py313). pyenv's shims run only the `pyenv global`
