@@ -16,7 +16,8 @@
    ``sysmetrics deploy grafana|prometheus-rules``, whose files must equal the shipped ones.
 
 Exits 0 when every check holds, 1 with the failing check otherwise. Nothing is written in
-the checkout (all under a temporary folder, removed at the end unless ``--keep``).
+the checkout: the sdist is built from a copy of it, and all is under a temporary folder,
+removed at the end unless ``--keep``.
 """
 
 from __future__ import annotations
@@ -84,16 +85,33 @@ def source_files() -> set[str]:
     return found
 
 
+def source_copy(work: Path) -> Path:
+    """The checkout's files (tracked, and untracked but not ignored) copied to ``work/src``.
+
+    The sdist is built from this copy: setuptools writes its egg-info beside the sources,
+    and in the checkout that would rewrite the metadata of the editable install that the
+    tests running beside this check (``.ci/run``) read.
+    """
+    listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], ROOT)
+    src = work / "src"
+    for rel in filter(None, listed.split("\0")):
+        if (ROOT / rel).is_file():  # a tracked file deleted in the work tree is absent
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, src / rel)
+    return src
+
+
 def build(dist: Path, work: Path) -> tuple[Path, Path]:
-    """The sdist, and the wheel built from it, in ``dist``."""
+    """The sdist (of :func:`source_copy`), and the wheel built from it, in ``dist``."""
     py = sys.executable
+    src = source_copy(work)
     if importlib.util.find_spec("build") is not None:
-        run([py, "-m", "build", "--outdir", str(dist), str(ROOT)], cwd=work)
+        run([py, "-m", "build", "--outdir", str(dist), str(src)], cwd=work)
     else:
         print("  (no `build` package here: setuptools' sdist hook, then pip wheel)")
         code = ("import sys; from setuptools import build_meta as b; "
                 "print(b.build_sdist(sys.argv[1]))")  # fmt: skip
-        run([py, "-c", code, str(dist)], cwd=ROOT)
+        run([py, "-c", code, str(dist)], cwd=src)
         (sdist,) = dist.glob("*.tar.gz")
         with tarfile.open(sdist) as tar:
             tar.extractall(work / "sdist")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -16,3 +17,34 @@ def wait_for(fn: Callable[[], T], timeout: float = 10.0) -> T:
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
     return value
+
+
+class Wakeups:
+    """A thread that sleeps ``period`` s in a loop and counts its wakeups (``count``).
+
+    The yardstick of a timing test on a loaded machine: a window measured in this
+    process's own wakeups, not in seconds, holds as many of a background thread's ticks
+    whatever share of the CPUs the process gets (``nice -n 19`` beside a busy suite)."""
+
+    def __init__(self, period: float = 0.01) -> None:
+        self.period = period
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wakeups", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self.count += 1
+
+    def __enter__(self) -> Wakeups:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def window(self, wakeups: int, timeout: float = 30.0) -> None:
+        """Return once this thread has woken ``wakeups`` more times."""
+        start = self.count
+        wait_for(lambda: self.count - start >= wakeups, timeout)

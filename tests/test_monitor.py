@@ -326,16 +326,19 @@ def test_a_running_monitor_does_not_hold_up_interpreter_exit(hang: bool) -> None
         m = SystemMonitor(interval=0.05).start()      # the real host collectors
         SystemMonitor(interval=0.01, collectors=[Slow()]).start()
         time.sleep(0.3)
-        print("done", flush=True)
+        print("done", time.monotonic(), flush=True)  # the system-wide clock
         """
     )
-    t = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
     )
+    exited = time.monotonic()
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "done"
-    assert time.monotonic() - t < 10.0
+    said, done = proc.stdout.split()
+    assert said == "done"
+    # From the end of the script to the process's exit (not its start-up, which a machine
+    # busy beside this test, at a lower priority, can stretch to 15 s).
+    assert exited - float(done) < 10.0
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available on this OS")
