@@ -13,11 +13,8 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # tox creates its envs with uv (tox-uv), which reads no pip configuration: it gets pip's
 # find-links (where a machine may keep torch's CPU build) unless it was given its own.
 export UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
-# ... and compiles the modules' bytecode as it installs them (where PYTHONDONTWRITEBYTECODE
-# is unset, as tox leaves it, each env's first import of torch compiled it otherwise).
-export UV_COMPILE_BYTECODE ?= 1
 
-.PHONY: demo host-demo setup test versions versions-others versions-serial tox-envs pythons lint docs screenshots bench overhead diagnosis gpu-check gpu-wheels wheel-check clean
+.PHONY: demo host-demo setup test versions versions-others versions-serial pythons lint docs screenshots bench overhead diagnosis gpu-check gpu-wheels wheel-check clean
 
 # $(call install,VENV,ARGS): pip install ARGS into the virtual environment VENV, through
 # uv where pip can install uv (the test setup in about 55 s where pip alone takes 100 s on
@@ -71,12 +68,6 @@ test: $(STAMP)
 SERIAL_MIN_ENVS = lightning-min,transformers-min,keras-min
 MIN_ENVS = $(SERIAL_MIN_ENVS),report-min
 versions: versions-others versions-serial
-# The envs of `make versions` and `make pythons` created (their modules compiled, which
-# each env's first test command otherwise did: 120 s of versions-others took 98), without
-# running their tests: .ci/run makes them at nice 19 beside the parallel pass.
-tox-envs: $(STAMP)
-	$(BIN)/tox run-parallel --notest --parallel 4 --parallel-no-spinner -e $(MIN_ENVS)
-	$(MAKE) --no-print-directory pythons TOX_ARGS=--notest
 versions-others: $(STAMP)
 	TEST_PASS="not serial" $(BIN)/tox run-parallel --parallel 4 --parallel-no-spinner -e $(MIN_ENVS)
 versions-serial: $(STAMP)
@@ -89,7 +80,6 @@ versions-serial: $(STAMP)
 # alone (their folders first; it downloads no Python); one that is absent is skipped with
 # the reason (exit 0: tox would fail a run whose every env it skipped). The two envs run
 # side by side: their tests are the sleep-bound engine's, not the `serial` ones (tox.ini).
-# TOX_ARGS: more of tox's arguments (`--notest`: the envs alone, as `make tox-envs` does).
 PYENV_ROOT ?= $(HOME)/.pyenv
 pythons: $(STAMP)
 	@envs=; found=; dirs=; for v in 3.9 3.13; do \
@@ -101,7 +91,7 @@ pythons: $(STAMP)
 		else echo "$$env: skipped, no Python $$v (neither in $(PYENV_ROOT)/versions nor on PATH)"; fi; \
 	done; \
 	test -z "$$envs" || { set -x; PATH="$$dirs$$PATH" UV_PYTHON_DOWNLOADS=never \
-		$(BIN)/tox run-parallel $(TOX_ARGS) --parallel 2 --parallel-no-spinner --workdir .tox/pythons \
+		$(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner --workdir .tox/pythons \
 			--discover $$found -e $${envs#,}; }
 
 lint: $(STAMP)
