@@ -5,7 +5,8 @@ Each recording is ``sysmetrics record`` of a plain loop that fetches its batches
 dominated by sleeps (and, for "more compute", a busy wait of a fixed wall time), so the
 load of a shared 2-core machine does not move them: two recordings of the same loop must
 come out "no difference beyond noise", and a loop with a slower loader or more compute
-per step must come out slower, with the cause named.
+per step must come out slower, with the cause named. So they run in the parallel pass
+(3 runs of 3 passed beside it, 2026-11-28), the four recordings made side by side.
 """
 
 from __future__ import annotations
@@ -101,7 +102,6 @@ def _compared(a: Path, b: Path) -> cmp.Comparison:
     return comparing.compare_files([str(a)], [str(b)])
 
 
-@pytest.mark.serial
 def test_the_same_script_twice_is_no_difference_beyond_noise(runs: dict[str, Path]) -> None:
     c = _compared(runs["a"], runs["a2"])
     step = c.nodes[0].step(cmp.STEP)
@@ -114,7 +114,6 @@ def test_the_same_script_twice_is_no_difference_beyond_noise(runs: dict[str, Pat
     assert wait is not None and wait.beyond is False, wait
 
 
-@pytest.mark.serial
 def test_a_slower_loader_is_slower_and_names_data_wait(runs: dict[str, Path]) -> None:
     c = _compared(runs["a"], runs["loader"])
     first = c.sentences[0]
@@ -128,7 +127,6 @@ def test_a_slower_loader_is_slower_and_names_data_wait(runs: dict[str, Path]) ->
     assert "x faster" in back.sentences[0] and "the time saved is data wait" in back.sentences[0]
 
 
-@pytest.mark.serial
 def test_more_compute_per_step_is_slower_and_names_compute(runs: dict[str, Path]) -> None:
     c = _compared(runs["a"], runs["compute"])
     first = c.sentences[0]
@@ -141,7 +139,6 @@ def test_more_compute_per_step_is_slower_and_names_compute(runs: dict[str, Path]
     assert cpu.a is not None and cpu.b is not None and cpu.b > cpu.a, cpu
 
 
-@pytest.mark.serial
 def test_fail_on_regression_exit_status(runs: dict[str, Path], tmp_path: Path) -> None:
     """3 where B is slower by more than PCT % beyond noise; 0 where not (or within noise)."""
     a, a2, slow = str(runs["a"]), str(runs["a2"]), str(runs["loader"])
@@ -171,7 +168,6 @@ def test_fail_on_regression_exit_status(runs: dict[str, Path], tmp_path: Path) -
     assert alone.returncode == 2 and "needs --baseline" in alone.stderr
 
 
-@pytest.mark.serial
 def test_the_page_and_the_json(runs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "compare.html"
     done = _cli("compare", str(runs["a"]), str(runs["loader"]), "-o", str(out), "--json")
@@ -191,7 +187,6 @@ def test_the_page_and_the_json(runs: dict[str, Path], tmp_path: Path) -> None:
     assert "data wait time" in page and "Machine keys both runs have" in page
 
 
-@pytest.mark.serial
 def test_multi_node_against_single_node_is_refused_and_nodes_are_compared_per_node(
     runs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -217,7 +212,6 @@ def test_multi_node_against_single_node_is_refused_and_nodes_are_compared_per_no
     assert any(s.startswith("Node 1: ") for s in per_node.sentences)
 
 
-@pytest.mark.serial  # shares the recordings
 def test_what_cannot_be_compared_is_said(runs: dict[str, Path], tmp_path: Path) -> None:
     """A run without steps: the step time cannot be compared, and --fail-on-regression says
     it cannot tell (status 1); keys one run lacks are named as not compared."""

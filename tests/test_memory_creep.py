@@ -5,7 +5,8 @@ projection of the step at which the job reaches its memory limit is within 20 % 
 truth (the leak rate and the limit). One warms up (its memory rises over the first 40 %
 of its steps) and then holds: quiet. Each recording is a few seconds; the assertions are
 on steps, not on how fast a loaded machine ran them (the time projection is checked
-against the run's own pace). And ``hypothesis`` over the slope fit's inputs.
+against the run's own pace), so they run in the parallel pass (3 runs of 3 passed beside
+it, 2026-11-28). And ``hypothesis`` over the slope fit's inputs.
 """
 
 from __future__ import annotations
@@ -73,7 +74,6 @@ def limit_mib() -> float:
     return total / MIB
 
 
-@pytest.mark.serial
 def test_a_leaking_loop_creeps_and_its_projection_is_within_20_percent(tmp_path: Path) -> None:
     run = record(tmp_path, until=STEPS)
     found = [f for f in findings(run) if f.rule == "memory-creep"]
@@ -98,7 +98,6 @@ def test_a_leaking_loop_creeps_and_its_projection_is_within_20_percent(tmp_path:
     assert " limit around step " in said and ", in about " in said, said
 
 
-@pytest.mark.serial
 def test_a_loop_that_warms_up_then_plateaus_is_quiet(tmp_path: Path) -> None:
     run = record(tmp_path, until=STEPS * 2 // 5)  # rises over 40 % of the steps, then holds
     rss = [v for j, v in enumerate(run.columns["proc.memory.rssMB"]) if run.step[j] and v == v]
