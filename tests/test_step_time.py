@@ -62,11 +62,12 @@ def check_points(
     but not the sleeps'. ``waits``: the seconds of each step spent between steps, where
     not every fetch is (all of them by default).
 
-    A step never takes less than its sleeps, but a loaded machine may add to any one
-    window (a 2-CPU CI runner once added 50 ms to one of Lightning's 4-step windows): each
-    point lies between 90 % and 150 % of the sleeps, their median within 20 %, and the
-    data wait is checked against the point's own seconds, the time beyond the sleeps
-    counted in either part of the step.
+    A step never takes less than its sleeps, but the machine may add to any one window (a
+    2-CPU CI runner once added 50 ms to one of Lightning's 4-step windows, and alone, at
+    Lightning 2.2, 130 ms to another): each point lies at 90 % of the sleeps or more, all
+    but one at 150 % or less, their median within 20 % (an error in what the clock counts
+    moves every window, not one), and the data wait is checked against the point's own
+    seconds, the time beyond the sleeps counted in either part of the step.
     """
     checked: list[float] = []
     for point in points:
@@ -82,13 +83,14 @@ def check_points(
         throughput = float(point[prefix + "step.samplesPerSecond"])
         batches = round(per_step / (FETCH + COMPUTE))
         waited = batches * FETCH if waits is None else waits
-        assert 0.9 * per_step <= seconds <= 1.5 * per_step, point
+        assert 0.9 * per_step <= seconds, point
         extra = max(seconds - per_step, 0.0)
         assert 100 * waited / seconds - 10 <= wait <= 100 * (waited + extra) / seconds + 10, point
         # Samples over the same seconds: the batch size over the step time (the window's
         # weighting of both by seconds keeps them consistent to rounding).
         assert abs(throughput - batches * BATCH / seconds) <= 0.05 * throughput, point
     if checked:
+        assert len([x for x in checked if x > 1.5 * per_step]) <= 1, checked
         assert abs(statistics.median(checked) - per_step) <= 0.2 * per_step, checked
     return len(checked)
 
