@@ -23,8 +23,10 @@ class Wakeups:
     """A thread that sleeps ``period`` s in a loop and counts its wakeups (``count``).
 
     The yardstick of a timing test on a loaded machine: a window measured in this
-    process's own wakeups, not in seconds, holds as many of a background thread's ticks
-    whatever share of the CPUs the process gets (``nice -n 19`` beside a busy suite)."""
+    process's own wakeups, not in seconds. Where the process waits for a CPU (``nice -n
+    19`` beside a busy suite), the thread under test ticks less often, and so does this
+    one: the count of its ticks in the window stays about what an idle machine gives.
+    """
 
     def __init__(self, period: float = 0.01) -> None:
         self.period = period
