@@ -399,6 +399,7 @@ def stalls(path: Path) -> list[dict[str, Any]]:
     return [x["stall"] for x in lines if "stall" in x]
 
 
+@pytest.mark.long
 def test_lightning_one_process_tells_the_stall_where_the_step_sleeps(tmp_path: Path) -> None:
     run_file = tmp_path / "run.jsonl"
     said, _ = job(tmp_path, "sleep", 1, {"hang_after": 1, "interval": 0.2,
@@ -414,53 +415,73 @@ def test_lightning_one_process_tells_the_stall_where_the_step_sleeps(tmp_path: P
     assert not read_run(run_file).left_out  # the reader skips the record, quietly
 
 
+@pytest.mark.long
 def test_lightning_a_slow_checkpoint_announced_by_its_hook_is_no_hang(tmp_path: Path) -> None:
     run_file = tmp_path / "run.jsonl"
+    # 6 steps, a 5 s save after the 3rd and the 6th: two slow saves, each 5 times the
+    # threshold (24 steps, 8 saves, took 45 s of the parallel pass for the same verdict)
     said, _ = job(tmp_path, "checkpoint", 1, {"hang_after": 1, "interval": 0.2,
-                                              "run_file": str(run_file)}, sleep=5)  # fmt: skip
+                                              "run_file": str(run_file)}, sleep=5,
+                  samples=24)  # fmt: skip
     assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) >= 1  # the saves were slow, and done
     assert said == []
     assert stalls(run_file) == []
 
 
-def test_lightning_ranks_the_live_line_names_the_rank_that_stopped(tmp_path: Path) -> None:
-    said, _ = job(tmp_path, "stop", 3, {"hang_after": 2, "interval": 0.2}, sleep=12)
-    assert len(said) == 1, said
-    assert re.fullmatch(
-        r"sysmetrics: no step for \d+ s: rank 2 is at step 4 at hang_job\.py:\d+ "
-        r"\(training_step\); the other 2 ranks wait at step 4 in all_reduce",
-        said[0],
-    ), said
-
-
-def test_lightning_ranks_the_stall_finding_says_where_every_rank_was(tmp_path: Path) -> None:
-    """Issue 34 item 5: rank 0's stall record keeps where every rank was, and the ``stall``
-    finding of the run file read back says it."""
-    from sysmetrics.findings import findings
-    from sysmetrics.runfile import read_run
-
-    run_file = tmp_path / "run.jsonl"
-    job(
-        tmp_path,
+@pytest.fixture(scope="module")
+def stopped_rank(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path]:
+    """One 3-rank job whose last rank stops for 12 s at step 4 (the two tests below read
+    it; a launch each took 22 s of the parallel pass): rank 0's stall lines, and its run
+    file."""
+    out = tmp_path_factory.mktemp("stopped_rank")
+    run_file = out / "run.jsonl"
+    said, _ = job(
+        out,
         "stop",
         3,
         {"hang_after": 2, "interval": 0.2, "run_file": str(run_file)},
         sleep=12,
         samples=960,
     )  # steps enough that 12 s is 10 times the median step
-    ranks = (
-        re.escape("rank 2 is at step 4 at hang_job.py:")
-        + r"\d+ \(training_step\); "
-        + (re.escape("the other 2 ranks wait at step 4 in all_reduce"))
-    )
+    return said, run_file
+
+
+# Where every rank was: the rank behind, and where the other ranks wait.
+STOPPED_RANKS = (
+    re.escape("rank 2 is at step 4 at hang_job.py:")
+    + r"\d+ \(training_step\); "
+    + re.escape("the other 2 ranks wait at step 4 in all_reduce")
+)
+
+
+@pytest.mark.long
+def test_lightning_ranks_the_live_line_names_the_rank_that_stopped(
+    stopped_rank: tuple[list[str], Path],
+) -> None:
+    said, _ = stopped_rank
+    assert len(said) == 1, said
+    assert re.fullmatch(r"sysmetrics: no step for \d+ s: " + STOPPED_RANKS, said[0]), said
+
+
+@pytest.mark.long
+def test_lightning_ranks_the_stall_finding_says_where_every_rank_was(
+    stopped_rank: tuple[list[str], Path],
+) -> None:
+    """Issue 34 item 5: rank 0's stall record keeps where every rank was, and the ``stall``
+    finding of the run file read back says it."""
+    from sysmetrics.findings import findings
+    from sysmetrics.runfile import read_run
+
+    _, run_file = stopped_rank
     (record,) = stalls(run_file)
-    assert re.fullmatch(ranks, record["ranks"]), record
+    assert re.fullmatch(STOPPED_RANKS, record["ranks"]), record
     (stall,) = [f for f in findings(read_run(run_file)) if f.rule == "stall"]
-    assert re.search("; the hang watch found, live, where every rank was: " + ranks + r"\.$",
-                     stall.sentence), stall.sentence  # fmt: skip
+    assert re.search("; the hang watch found, live, where every rank was: " + STOPPED_RANKS
+                     + r"\.$", stall.sentence), stall.sentence  # fmt: skip
     assert stall.evidence["found_live"] == 1.0
 
 
+@pytest.mark.long
 def test_lightning_ranks_a_killed_rank_is_named_as_dead(tmp_path: Path) -> None:
     """Each rank a simulated node (Lightning's launcher kills the job when a rank dies);
     the killed rank leaves a child holding its sockets, so the others wait in all_reduce
@@ -541,6 +562,7 @@ def test_the_kernel_view_of_a_sleeping_process() -> None:
     assert hang.kernel_where(sleeper.pid) == hang.UNKNOWN  # reaped: no such process
 
 
+@pytest.mark.long
 def test_a_rank_publishes_where_it_is_before_its_own_threshold(store: Any) -> None:
     """Rank 0 may find the stall before another rank's own threshold passes: that rank's
     record already says where it is once its step has not moved for a publishing period."""
