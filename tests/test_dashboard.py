@@ -173,6 +173,7 @@ THERMAL = 0x40  # nvmlClocksEventReasonHwThermalSlowdown
 # In the parallel pass: it once missed its window there, but the cause was the exporter
 # serving the PSS at one tick in four (monitor.latest(), fixed); since, 3 runs of 3 beside
 # the parallel pass passed (2026-11-28). Each query waits for data, up to 30 s.
+@pytest.mark.long
 def test_every_query_and_alert_returns_data_during_real_training(tmp_path: Path) -> None:
     """The dashboard's queries and the alerts' expressions, in a real Prometheus, while a
     real Lightning run trains; then the run stalls (the loop held in a callback) and the

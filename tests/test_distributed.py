@@ -299,6 +299,7 @@ def torchrun(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
+@pytest.mark.long
 def test_transformers_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     port = str(free_port())

@@ -48,6 +48,7 @@ def test_runnable_blocks_are_found() -> None:
     assert sum(name.startswith("README.md#") for name in names) >= 3, names
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("name", "code"), _blocks(), ids=[n for n, _ in _blocks()])
 def test_runnable_block_runs(name: str, code: str, tmp_path: Path) -> None:
     tree = ast.parse(code)

@@ -11,6 +11,7 @@ import pytest
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "lightning_demo.py"
 
 
+@pytest.mark.long
 def test_the_demo_prints_no_repeated_point() -> None:
     """Regression (issue 22): ``make demo``'s own printout showed one window twice (a
     logging point with no new sample logged the previous window again). Each printed row

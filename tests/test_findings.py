@@ -703,6 +703,7 @@ for _ in range(50):
 """
 
 
+@pytest.mark.long
 def test_a_recorded_run_that_stops_stepping_for_15_s_is_a_stall(tmp_path: Path) -> None:
     """A ~19 s run whose step stays put for 15 s while the process sleeps (idle)."""
     finding = only(findings(record(tmp_path / "stall.jsonl", STALLS)), "stall")

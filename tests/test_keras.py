@@ -347,6 +347,7 @@ class SlowValidation(keras.callbacks.Callback):
         time.sleep(self.seconds)
 
 
+@pytest.mark.long
 def test_a_long_validation_is_no_hang(capsys: pytest.CaptureFixture[str]) -> None:
     """fit's validation is announced (``on_test_begin``): 4 s of it, with hang_after=1,
     tells no hang; the same 4 s inside a training batch does (the watch is on)."""

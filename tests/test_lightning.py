@@ -338,6 +338,7 @@ class RecordingCallback(SystemMetricsCallback):
         super().on_train_end(trainer, pl_module)
 
 
+@pytest.mark.long
 def test_ddp_one_sampler_per_node_and_one_point_per_step(tmp_path: Path) -> None:
     cb = RecordingCallback(str(tmp_path), interval=0.02)
     fit(tmp_path, cb, epochs=1, log_every_n_steps=2, strategy="ddp_spawn", devices=2,

@@ -227,6 +227,7 @@ print("AFTER", json.dumps({
 """
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("live", ["on", "off"])
 def test_a_real_lightning_run_with_a_slow_dataset_is_told_input_bound_once(
     tmp_path: Path, live: str

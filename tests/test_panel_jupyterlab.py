@@ -49,6 +49,7 @@ WATCHED_LOOP = (
 )
 
 
+@pytest.mark.long
 def test_the_panel_updates_in_place_in_jupyterlab(tmp_path: Path) -> None:
     chromium = debian.binary("chromium", "chromium", "chromium-browser")
     if chromium is None:

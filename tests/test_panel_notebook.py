@@ -128,6 +128,7 @@ trainer = pl.Trainer(max_epochs=6, callbacks=[callback],
 """
 
 
+@pytest.mark.long
 def test_lightning_callback_draws_a_live_panel_in_a_kernel() -> None:
     # panel= is left to its default: on, since this runs in a Jupyter kernel.
     nb, messages = run_notebook(LIGHTNING, "trainer.fit(Tiny(), data)", timeout=600)
@@ -164,6 +165,7 @@ trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=Tokens
 """
 
 
+@pytest.mark.long
 def test_transformers_callback_draws_a_live_panel_in_a_kernel() -> None:
     pytest.importorskip("transformers", reason="needs the [transformers] extra")
     nb, messages = run_notebook(TRANSFORMERS, "trainer.train()", timeout=600)
@@ -185,6 +187,7 @@ callback = SystemMetricsCallback(interval=0.2)
 """
 
 
+@pytest.mark.long
 def test_keras_callback_draws_a_live_panel_in_a_kernel() -> None:
     pytest.importorskip("keras", reason="needs the [keras] extra")
     nb, messages = run_notebook(
@@ -196,6 +199,7 @@ def test_keras_callback_draws_a_live_panel_in_a_kernel() -> None:
     assert any("s/step " in t for t in texts[1:-1])
 
 
+@pytest.mark.long
 def test_lightning_callback_draws_no_panel_when_told_not_to() -> None:
     _, messages = run_notebook(
         LIGHTNING.replace("interval=0.2", "interval=0.2, panel=False"),
@@ -220,6 +224,7 @@ def test_no_panel_outside_a_kernel() -> None:
     assert not in_kernel()
 
 
+@pytest.mark.long
 def test_transformers_notebook_table_shows_the_console_keys() -> None:
     """Issue 35: in a notebook, transformers' progress table (NotebookProgressCallback)
     showed ``Step | Training Loss`` alone even with ``console=True``; now its rows hold the

@@ -450,6 +450,7 @@ def test_stalled_scrapes_do_not_delay_sampling() -> None:
 # -- a real Prometheus server ---------------------------------------------------------
 
 
+@pytest.mark.long
 def test_a_real_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
     binary = debian.binary("prometheus", "prometheus")
     if binary is None:

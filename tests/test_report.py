@@ -949,6 +949,7 @@ time.sleep(11)  # ... then none for 11 s: a hang, ended by the command's end
 """
 
 
+@pytest.mark.long
 def test_a_real_run_that_ends_stalled_is_one_span(tmp_path: Path) -> None:
     """``record`` of a loop that stops marking steps for its last 11 s: the step axis
     spreads those samples over the stall's width, and the page and JSON say it."""

@@ -82,6 +82,7 @@ for _ in range(40):  # ... then steps again for about 1 s
 """
 
 
+@pytest.mark.long
 def test_a_6_s_stall_finding_is_on_the_page_too(tmp_path: Path) -> None:
     """Regression (issue 31): ``record`` of a loop that stops stepping for 6 s of its
     ~9 s: the findings called it a stall (over half the run), the page said nothing

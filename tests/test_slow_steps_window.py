@@ -61,6 +61,7 @@ def fit(tmp_path: Path, steps: int, interval: float, **model: Any) -> dict[str, 
     return {f.rule: f.sentence for f in findings(read_run(run_file))}
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("interval", [1.0, 0.25])
 def test_a_periodic_checkpoint_step_is_a_slow_step_at_any_interval(
     tmp_path: Path, interval: float
@@ -74,6 +75,7 @@ def test_a_periodic_checkpoint_step_is_a_slow_step_at_any_interval(
     assert "disk writes at" in codes["slow-steps"], codes  # what coincided: the checkpoint
 
 
+@pytest.mark.long
 def test_a_first_step_warm_up_is_not_slow_steps(tmp_path: Path) -> None:
     """Issue 32: a short run whose first step is a 6 s warm-up was told slow steps."""
     codes = fit(tmp_path, 60, 0.25, sleep=0.1, every=0, mib=0, pause=0.0, warmup=6.0)
