@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # find-links (where a machine may keep torch's CPU build) unless it was given its own.
 export UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
 
-.PHONY: demo host-demo setup test versions versions-others versions-serial pythons lint docs screenshots bench overhead diagnosis gpu-check gpu-wheels wheel-check clean
+.PHONY: demo host-demo setup test versions pythons lint docs screenshots bench overhead diagnosis gpu-check gpu-wheels wheel-check clean
 
 # $(call install,VENV,ARGS): pip install ARGS into the virtual environment VENV, through
 # uv where pip can install uv (the test setup in about 55 s where pip alone takes 100 s on
@@ -60,18 +60,12 @@ test: $(STAMP)
 
 # Each framework's tests, and the report's, at the minimum version pyproject.toml declares
 # (tox envs; the latest versions are what `make test` runs): the envs side by side (each
-# one pytest process, about one CPU), without the tests marked `serial`; then those, one
-# env at a time, with the machine to themselves (TEST_PASS, tox.ini).
-# `versions-others` and `versions-serial` are its two halves. `make pythons` keeps its
-# envs in a tox folder of their own (.tox/pythons): the two may run at once.
-# SERIAL_MIN_ENVS: those with `serial` tests (report-min's are all `kernel` too, tox.ini).
-SERIAL_MIN_ENVS = lightning-min,transformers-min,keras-min
-MIN_ENVS = $(SERIAL_MIN_ENVS),report-min
-versions: versions-others versions-serial
-versions-others: $(STAMP)
-	TEST_PASS="not serial" $(BIN)/tox run-parallel --parallel 4 --parallel-no-spinner -e $(MIN_ENVS)
-versions-serial: $(STAMP)
-	TEST_PASS=serial $(BIN)/tox run -e $(SERIAL_MIN_ENVS)
+# one pytest process, about one CPU). Their files hold no test marked `serial` (tox.ini;
+# report-min's are all `kernel` too). `make pythons` keeps its envs in a tox folder of
+# their own (.tox/pythons): the two may run at once.
+MIN_ENVS = lightning-min,transformers-min,keras-min,report-min
+versions: $(STAMP)
+	$(BIN)/tox run-parallel --parallel 4 --parallel-no-spinner -e $(MIN_ENVS)
 
 # The engine, record and report tests on the oldest and newest Python that pyproject.toml
 # declares (tox envs engine-py39, engine-py313). pyenv's shims run only the `pyenv global`

@@ -281,8 +281,10 @@ def test_lightning_run_file_true_writes_one_file_per_node(node_runs: dict[str, N
         assert steps[0] == 0 and steps[-1] == 23  # 24 steps, from the start-up sample on
 
 
-# Its ranks spin both CPUs: beside the parallel pass they would move other tests' CPU shares.
-@pytest.mark.serial
+# Not `serial`: measured against the ranks' own CPU time, it passed 2 of 2 beside 6
+# processes spinning the 2 CPUs (2026-11-28), as the minimum versions' envs run it, side by
+# side. Its ranks spin both CPUs, as the other DDP tests' do.
+@pytest.mark.long
 def test_lightning_ddp_spawn_counts_every_rank_on_the_node(tmp_path: Path) -> None:
     """Regression: under ddp_spawn rank 1 is not rank 0's child; ``cpu`` read ~50 % of
     2 CPUs (rank 0 alone) where both ranks kept a CPU busy."""
@@ -329,7 +331,7 @@ def test_transformers_logs_every_node_at_the_loss_steps(tmp_path: Path) -> None:
             assert any(name in h for h in history), name
 
 
-@pytest.mark.serial  # as the Lightning one's: its ranks spin both CPUs
+@pytest.mark.long
 def test_transformers_torchrun_counts_every_rank_on_the_node(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     script = str(JOBS / "transformers_job.py")
