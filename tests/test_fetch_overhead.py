@@ -7,6 +7,9 @@ a notebook). ``step.dataWaitPercent`` must be the fetch's share of the step and
 ``step.overheadPercent`` the slow callback's: before each callback timed the fetch, all
 the time between the hooks was counted as waiting for data (issue 32: the progress bar
 blamed on the loader). The keys are read back from what the real loggers wrote.
+
+The test times the fetch and the slow callback itself (``TIMED``): on a loaded machine
+each sleep overruns, and the bounds follow what each really took, not the sleeps alone.
 """
 
 from __future__ import annotations
@@ -34,11 +37,29 @@ SLOW = 0.030  # s per step, in a callback after sysmetrics' (between the step ho
 BATCH = 4
 BATCHES = 30
 INTERVAL = 0.05
+# What the fetches and the slow callback really took, s each (this test's own clock).
+TIMED: dict[str, list[float]] = {"fetch": [], "slow": []}
+
+
+@pytest.fixture(autouse=True)
+def timed() -> None:
+    for seconds in TIMED.values():
+        seconds.clear()
+
+
+def timing(part: str, sleep: float) -> None:
+    """Sleep ``sleep`` s, recording how long it really took as one of ``part``'s."""
+    start = time.perf_counter()
+    time.sleep(sleep)
+    TIMED[part].append(time.perf_counter() - start)
 
 
 def slow_collate(items: list[tuple[Any, ...]]) -> Any:
+    start = time.perf_counter()
     time.sleep(FETCH)
-    return torch.utils.data.default_collate(items)
+    batch = torch.utils.data.default_collate(items)
+    TIMED["fetch"].append(time.perf_counter() - start)
+    return batch
 
 
 def data() -> TensorDataset:
@@ -48,28 +69,32 @@ def data() -> TensorDataset:
 
 
 def check(points: Iterable[Mapping[str, Any]], prefix: str) -> None:
-    """The fetch is the wait, the slow callback the overhead (each to within 15 ms).
+    """The fetch is the wait, the slow callback the overhead (each to within 15 ms of
+    what it took, as ``TIMED`` has it).
 
     Medians over the points with step keys, in seconds of the step; the first point is
-    left out (the first step's one-off work).
+    left out (the first step's one-off work). Each is at least 90 % of its sleep; what
+    the step took beyond the timed fetch, the compute's sleep and the timed callback (a
+    loaded machine's delays elsewhere in the loop) may fall in either.
     """
     rows = [p for p in points if p.get(prefix + "step.seconds") not in (None, "")][1:]
     assert len(rows) >= 2, rows
     seconds = [float(p[prefix + "step.seconds"]) for p in rows]
     step = statistics.median(seconds)
     assert step >= FETCH + COMPUTE + SLOW
+    fetch, slow = statistics.median(TIMED["fetch"]), statistics.median(TIMED["slow"])
+    extra = max(step - fetch - COMPUTE - slow, 0.0)
     waits = [float(p[prefix + "step.dataWaitPercent"]) / 100 * s for p, s in zip(rows, seconds)]
     wait = statistics.median(waits)
-    assert FETCH * 0.9 <= wait <= FETCH + 0.015, (step, wait)
+    assert FETCH * 0.9 <= wait <= fetch + 0.015 + extra, (step, wait, fetch, extra)
     overs = [float(p[prefix + "step.overheadPercent"]) / 100 * s for p, s in zip(rows, seconds)]
     over = statistics.median(overs)
-    assert SLOW * 0.9 <= over <= SLOW + 0.015, (step, wait, over)
+    assert SLOW * 0.9 <= over <= slow + 0.015 + extra, (step, wait, over, slow, extra)
 
 
 # ---- Lightning ---------------------------------------------------------------------------
 
 
-@pytest.mark.serial
 def test_lightning_progress_bar_is_overhead_not_data_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -85,7 +110,7 @@ def test_lightning_progress_bar_is_overhead_not_data_wait(
     class SlowBar(TQDMProgressBar):  # type: ignore[misc]
         def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
             super().on_train_batch_end(*args, **kwargs)
-            time.sleep(SLOW)  # a redraw in a notebook's output area
+            timing("slow", SLOW)  # a redraw in a notebook's output area
 
     cb = SystemMetricsCallback(interval=INTERVAL)
     trainer = pl.Trainer(
@@ -104,7 +129,6 @@ def test_lightning_progress_bar_is_overhead_not_data_wait(
 # ---- transformers ------------------------------------------------------------------------
 
 
-@pytest.mark.serial
 def test_transformers_slow_callback_is_overhead_not_data_wait(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers", reason="needs the [transformers] extra")
     from sysmetrics.integrations.transformers import SystemMetricsCallback
@@ -120,11 +144,14 @@ def test_transformers_slow_callback_is_overhead_not_data_wait(tmp_path: Path) ->
 
     class Slow(transformers.TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
-            time.sleep(SLOW)
+            timing("slow", SLOW)
 
     def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+        start = time.perf_counter()
         time.sleep(FETCH)
-        return {k: torch.stack([i[k] for i in items]) for k in items[0]}
+        batch = {k: torch.stack([i[k] for i in items]) for k in items[0]}
+        TIMED["fetch"].append(time.perf_counter() - start)
+        return batch
 
     items = [{"x": x, "labels": y} for x, y in data()]
     args = transformers.TrainingArguments(
@@ -143,7 +170,6 @@ def test_transformers_slow_callback_is_overhead_not_data_wait(tmp_path: Path) ->
 # ---- Keras -------------------------------------------------------------------------------
 
 
-@pytest.mark.serial
 def test_keras_slow_callback_is_overhead_not_data_wait(tmp_path: Path) -> None:
     keras = pytest.importorskip("keras", reason="needs the [keras] extra")
     from sysmetrics.integrations.keras import SystemMetricsCallback
@@ -162,7 +188,7 @@ def test_keras_slow_callback_is_overhead_not_data_wait(tmp_path: Path) -> None:
     recorder = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda b, logs: seen.append(dict(logs))
     )
-    slow = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: time.sleep(SLOW))
+    slow = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: timing("slow", SLOW))
     cb = SystemMetricsCallback(interval=INTERVAL, logging_interval="step", log_every_n_steps=4)
     loader = DataLoader(data(), batch_size=BATCH, collate_fn=slow_collate)
     model.fit(loader, epochs=1, verbose=0, callbacks=[recorder, slow, cb])

@@ -81,9 +81,5 @@ def test_the_check_reads_the_marks_it_must() -> None:
     pass on anything)."""
     marks = marked(ROOT / "tests" / "test_job_memory.py")  # module pytestmark: kernel, serial
     assert marks and all({"kernel", "serial"} <= m for m in marks.values())
-    assert (
-        "serial"
-        in marked(ROOT / "tests" / "test_fetch_overhead.py")[
-            "test_keras_slow_callback_is_overhead_not_data_wait"
-        ]
-    )
+    spinning = marked(ROOT / "tests" / "test_findings.py")
+    assert "serial" in spinning["test_a_recorded_run_spinning_every_cpu_is_cpu_bound"]
