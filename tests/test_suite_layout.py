@@ -79,7 +79,7 @@ def test_the_minimum_versions_envs_run_no_serial_test() -> None:
 def test_the_check_reads_the_marks_it_must() -> None:
     """The reader finds a decorator's mark and the module's (else the check above could
     pass on anything)."""
-    marks = marked(ROOT / "tests" / "test_job_memory.py")  # module pytestmark: kernel, serial
-    assert marks and all({"kernel", "serial"} <= m for m in marks.values())
+    marks = marked(ROOT / "tests" / "test_job_memory.py")  # module pytestmark: kernel, long
+    assert marks and all({"kernel", "long"} <= m for m in marks.values())
     spinning = marked(ROOT / "tests" / "test_findings.py")
     assert "serial" in spinning["test_a_recorded_run_spinning_every_cpu_is_cpu_bound"]
