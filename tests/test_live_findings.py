@@ -159,9 +159,13 @@ def test_failing_rules_stop_the_announcing_with_one_warning(
     monkeypatch.setattr(findings, "findings", broken)
     lines: list[str] = []
     with SystemMonitor(interval=0.02, collectors=[Script({"cpu": 1.0})]) as m:
-        live = LiveFindings(m, lines.append, every=0.02, first=0.0).start()
+        live = LiveFindings(m, lines.append, every=0.02, first=0.0)
         match = "live findings failed.*ZeroDivisionError"
         with pytest.warns(SystemMetricsWarning, match=match) as warned:
+            # Started inside the catch: its first evaluation is at once (first=0.0), and a
+            # thread that warned before the block began warned where the block never looked
+            # (CI's Python 3.9 env: _failed set, no warning caught in 300 s).
+            live.start()
             # Until the warning has come, however long that takes: the thread runs at
             # nice 19, and beside parallel workers it had set _failed but not yet warned
             # 0.2 s later (make pythons at load 10, and CI; the warning came after the test).
@@ -525,8 +529,9 @@ def test_an_evaluation_over_its_budget_stops_the_announcing_with_one_warning(
     monkeypatch.setattr(live_findings, "LIVE_BUDGET", 0.02)
     monkeypatch.setattr(live_findings, "LIVE_DUTY", 0.5)
     with SystemMonitor(interval=0.02, collectors=[Script({"cpu": 1.0})]) as m:
-        live = LiveFindings(m, lambda line: None, every=0.02, first=0.0).start()
+        live = LiveFindings(m, lambda line: None, every=0.02, first=0.0)
         with pytest.warns(SystemMetricsWarning, match="took more than 0.02 s of CPU") as told:
+            live.start()  # inside the catch, or a quick thread warns before it began
             # The evaluation's thread runs at nice 19 (its CPU time, not the wall clock,
             # is what the budget counts): beside parallel workers at load 15 on 2 CPUs it
             # had not got its 0.02 s of CPU after 10 s.
