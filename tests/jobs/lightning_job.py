@@ -89,18 +89,7 @@ class Marks(pl.Callback):
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self.leave:
-            leave()
-
-
-def leave() -> None:
-    """Both ranks leave gloo together. Lightning destroys the process group at exit with
-    no barrier; under ddp_spawn a rank that got there first aborted now and then in
-    gloo's teardown ("terminate called without an active exception", SIGABRT) after
-    Trainer.fit had finished: 1 run in 8 with the callback (whose last sample makes rank
-    0 leave later), 0 in 10 without; 0 in 10 with this."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+            common.leave()
 
 
 class SlowCollate:
@@ -161,7 +150,7 @@ def main() -> None:
         sleep = sleeps[i] if len(sleeps) > 1 else sleeps[0]
         fit(where, nodes, options, float(sleep or 0))
     if nodes:
-        leave()
+        common.leave()
 
 
 if __name__ == "__main__":

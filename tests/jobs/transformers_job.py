@@ -87,6 +87,7 @@ def main() -> None:
     if rank == 0:
         with open(os.path.join(out, "log_history.json"), "w") as f:
             json.dump(trainer.state.log_history, f)
+    common.leave()
 
 
 if __name__ == "__main__":
