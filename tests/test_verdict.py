@@ -88,15 +88,17 @@ def lost_share(starts: list[float]) -> float:
     return sum(d - median for d in seconds if d > SLOW_FACTOR * median) / sum(seconds)
 
 
+@pytest.mark.serial
 def test_two_slow_steps_of_an_overloaded_machine_are_not_slow_steps(tmp_path: Path) -> None:
     """Issue 32 (the suite's healthy-keras control): two steps of 0.22 and 0.27 s among
     60 ms ones, the machine overloaded, got `slow-steps` (2 of 30 samples slow). What
     matters is the share of the time they lost (here about 2.6 %), not that they exist.
 
     The load of the machine it runs on can make more steps slow: in a fresh clone's CI,
-    beside the parallel workers, this run got ``slow-steps``. What is checked is that the
-    steps' own timing agrees: under ``SLOW_LOST_SHARE`` less a margin for the samples'
-    windows (1 point), no finding."""
+    beside the parallel workers, this run got ``slow-steps``, and timed, its steps lost
+    10.2 % of their time there (3.5-3.7 % beside 8 spinning processes): serial. What is
+    checked is that the steps' own timing agrees: under ``SLOW_LOST_SHARE`` less a margin
+    for the samples' windows (1 point), no finding; more, and the test is skipped."""
     from sysmetrics.findings.training import SLOW_LOST_SHARE
 
     run_file = tmp_path / "run.jsonl"
