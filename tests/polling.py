@@ -1,4 +1,5 @@
-"""Waiting in tests for what a background thread or child process does."""
+"""Waiting in tests for what a background thread or child process does, and the tests'
+own clocks."""
 
 from __future__ import annotations
 
@@ -50,3 +51,20 @@ class Wakeups:
         """Return once this thread has woken ``wakeups`` more times."""
         start = self.count
         wait_for(lambda: self.count - start >= wakeups, timeout)
+
+
+class Stamps:
+    """The test's own clock: ``time.perf_counter()`` at each ``mark``, the run's start and
+    each optimizer step's end (``test_step_time``: a callback of the framework beside
+    sysmetrics') or each step's forward (``test_verdict``)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def mark(self) -> None:
+        self.times.append(time.perf_counter())
+
+    def steps(self, skip: int = 1) -> list[float]:
+        """Each step's seconds, end to end (the first from the run's start), the first
+        ``skip`` left out (their one-off work, as ``test_step_time.check_points``')."""
+        return [b - a for a, b in zip(self.times, self.times[1:])][skip:]

@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from sysmetrics import SystemMonitor  # noqa: E402
 from tests.lightning_models import sleepy_module  # noqa: E402
+from tests.polling import Stamps  # noqa: E402
 
 FETCH = 0.020  # s per batch, in the collate function
 COMPUTE = 0.030  # s per batch, in the training step
@@ -52,22 +53,6 @@ def data(batches: int) -> TensorDataset:
     g = torch.Generator().manual_seed(0)
     n = batches * BATCH
     return TensorDataset(torch.randn(n, 8, generator=g), torch.randn(n, 1, generator=g))
-
-
-class Stamps:
-    """The test's own clock: ``time.perf_counter()`` at the run's start and at each
-    optimizer step's end, read by a callback of the framework beside sysmetrics'."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-
-    def mark(self) -> None:
-        self.times.append(time.perf_counter())
-
-    def steps(self, skip: int = 1) -> list[float]:
-        """Each step's seconds, end to end (the first from the run's start), the first
-        ``skip`` left out (their one-off work, as ``check_points``')."""
-        return [b - a for a, b in zip(self.times, self.times[1:])][skip:]
 
 
 def check_points(

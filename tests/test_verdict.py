@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "dia
 import gpu_runs
 
 from sysmetrics.findings import findings, read_run
+from tests.polling import Stamps
 
 
 def gpu_run(tmp_path: Path, name: str) -> list[str]:
@@ -43,10 +44,10 @@ def test_contention_is_said_where_the_job_is_starved(tmp_path: Path) -> None:
     assert "contention" in rules(found_in(tmp_path, starved, cpus=2))
 
 
-def keras_fit(run_file: Path, steps: int, sleep: float, slow: dict[int, float]) -> list[float]:
+def keras_fit(run_file: Path, steps: int, sleep: float, slow: dict[int, float]) -> Stamps:
     """Keras (torch backend): ``steps`` steps whose forward sleeps ``sleep`` s (the
-    accelerator), step ``n`` of ``slow`` ``slow[n]`` s more. Returns the
-    ``time.perf_counter()`` at each forward's start: what the steps really took."""
+    accelerator), step ``n`` of ``slow`` ``slow[n]`` s more. Returns the clock read at
+    each forward's start: what the steps really took."""
     import os
 
     os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -57,13 +58,11 @@ def keras_fit(run_file: Path, steps: int, sleep: float, slow: dict[int, float]) 
 
     from sysmetrics.integrations.keras import SystemMetricsCallback
 
-    calls = [0]
-    starts: list[float] = []
+    stamps = Stamps()
 
     def compute(x: object) -> object:
-        starts.append(time.perf_counter())
-        calls[0] += 1
-        time.sleep(sleep + slow.get(calls[0], 0.0))
+        stamps.mark()
+        time.sleep(sleep + slow.get(len(stamps.times), 0.0))  # the n-th call: step n
         return x
 
     model = keras.Sequential([keras.Input((4,)), keras.layers.Lambda(compute),
@@ -72,10 +71,10 @@ def keras_fit(run_file: Path, steps: int, sleep: float, slow: dict[int, float]) 
     x = np.random.rand(steps * 4, 4).astype("float32")
     cb = SystemMetricsCallback(interval=0.25, run_file=str(run_file))
     model.fit(x, x[:, :1], batch_size=4, epochs=1, verbose=0, callbacks=[cb])
-    return starts
+    return stamps
 
 
-def lost_share(starts: list[float]) -> float:
+def lost_share(stamps: Stamps) -> float:
     """What the rule weighs, from the steps as they were timed: the time the steps over
     ``SLOW_FACTOR`` times the median took beyond the median, of all the steps' time (the
     first two steps left out: the model's build and the warm-up)."""
@@ -83,7 +82,7 @@ def lost_share(starts: list[float]) -> float:
 
     from sysmetrics.findings.training import SLOW_FACTOR
 
-    seconds = [b - a for a, b in zip(starts[2:], starts[3:])]
+    seconds = stamps.steps(skip=2)
     median = statistics.median(seconds)
     return sum(d - median for d in seconds if d > SLOW_FACTOR * median) / sum(seconds)
 
@@ -102,10 +101,10 @@ def test_two_slow_steps_of_an_overloaded_machine_are_not_slow_steps(tmp_path: Pa
     from sysmetrics.findings.training import SLOW_LOST_SHARE
 
     run_file = tmp_path / "run.jsonl"
-    starts = keras_fit(run_file, 200, 0.03, {80: 0.09, 150: 0.09})
+    stamps = keras_fit(run_file, 200, 0.03, {80: 0.09, 150: 0.09})
     run = read_run(run_file)
     assert run.columns.get("step.maxSeconds") is not None
-    lost = lost_share(starts)
+    lost = lost_share(stamps)
     if lost >= SLOW_LOST_SHARE - 0.01:
         pytest.skip(f"the machine's load made the steps lose {lost:.1%} of their time")
     assert "slow-steps" not in [f.rule for f in findings(run)], f"{lost:.1%} lost"
