@@ -61,7 +61,7 @@ def fit(tmp_path: Path, steps: int, interval: float, **model: Any) -> dict[str, 
     return {f.rule: f.sentence for f in findings(read_run(run_file))}
 
 
-@pytest.mark.long
+@pytest.mark.serial  # the disk's write rate is the host's: the parallel pass's writes too
 @pytest.mark.parametrize("interval", [1.0, 0.25])
 def test_a_periodic_checkpoint_step_is_a_slow_step_at_any_interval(
     tmp_path: Path, interval: float
@@ -69,7 +69,11 @@ def test_a_periodic_checkpoint_step_is_a_slow_step_at_any_interval(
     """Issue 32: 100 ms steps where every 20th writes and fsyncs a checkpoint got no
     slow-steps at 1 s nor 0.25 s: each window's step.seconds is a mean of its steps.
     (Here 32 MiB and a 0.3 s pause: the step is over 3 times the others on any disk, and
-    a 1 s window's mean over it and the ~6 others is under 2 times.)"""
+    a 1 s window's mean over it and the ~6 others is under 2 times.)
+
+    Serial: what coincided is read from the disk's write rate, a host-wide counter. In a
+    fresh clone's parallel pass, at 1 s, other tests' load and writes made 6 of 15
+    samples slow and the checkpoint's writes went unsaid (cpu.1 at 100 % was said)."""
     codes = fit(tmp_path, 136, interval, sleep=0.1, every=20, mib=32, pause=0.3, warmup=0.0)
     assert "slow-steps" in codes, codes
     assert "disk writes at" in codes["slow-steps"], codes  # what coincided: the checkpoint
