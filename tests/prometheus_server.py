@@ -19,13 +19,21 @@ T = TypeVar("T")
 
 
 class Prometheus:
-    """A Prometheus server scraping ``targets`` every second, with its data in ``tmp``.
+    """A Prometheus server scraping ``targets`` every second, with its data in ``tmp``,
+    returned once it is ready (pytest fails if it is not within ``ready_s`` seconds).
 
     ``rule_files`` are loaded and evaluated every second (``evaluation_interval``).
+    Prometheus listens before its storage is open and answers every request but its
+    health checks with 503 until then: ``/-/ready`` says when it is over.
     """
 
     def __init__(
-        self, binary: str, target: str | Sequence[str], tmp: Path, rule_files: Sequence[Path] = ()
+        self,
+        binary: str,
+        target: str | Sequence[str],
+        tmp: Path,
+        rule_files: Sequence[Path] = (),
+        ready_s: float = 60.0,
     ) -> None:
         targets = [target] if isinstance(target, str) else list(target)
         config = tmp / "prometheus.yml"
@@ -44,6 +52,18 @@ class Prometheus:
                  f"--web.listen-address={self.url[len('http://'):]}"],
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
+        try:
+            self.wait(self._ready, ready_s, "Prometheus was not ready")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=5) as r:
+                return bool(r.status == 200)
+        except OSError:  # not listening yet, or 503: its storage is not open yet
+            return False
 
     def api(self, path: str, **params: str) -> Any:
         """The ``data`` of an API answer; AssertionError with Prometheus' error if it fails."""
@@ -57,12 +77,12 @@ class Prometheus:
         return answer["data"]
 
     def query(self, promql: str) -> dict[str, tuple[dict[str, str], float]]:
-        """``{series' labels as text: (labels, value)}`` of an instant query; {} if it is
-        not listening yet (a query Prometheus rejects raises AssertionError)."""
+        """``{series' labels as text: (labels, value)}`` of an instant query; {} if it
+        timed out (a query Prometheus rejects raises AssertionError)."""
         try:
             result = self.api("query", query=promql)["result"]
         except OSError:
-            return {}  # not listening yet
+            return {}  # no answer within 5 s on a loaded machine: asked again
         return {json.dumps(r["metric"], sort_keys=True): (r["metric"], float(r["value"][1]))
                 for r in result}  # fmt: skip
 
