@@ -579,10 +579,14 @@ def test_a_finished_root_left_unreaped_reports_no_memory(source: HostSource) -> 
 
 @pytest.mark.skipif(not hasattr(os, "waitid"), reason="needs waitid")
 def test_a_zombie_root_beside_a_live_one_counts_no_threads_or_memory(source: HostSource) -> None:
-    """A rank that exited unreaped (its launcher reaps it later) adds no thread."""
+    """A rank that exited unreaped (its launcher reaps it later) adds no thread.
+
+    The live rank is read once it has started (``with_workers(0)``): a Python still
+    starting grows from under 1 MiB to about 10 MiB in its first milliseconds (15 ms
+    here, more on a loaded machine), and the two readings compared are a moment apart."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        with python_child(IDLE) as live:
+        with with_workers(0) as live:
             job = Job(live.pid)
             job.watch([child.pid])
             collector = ProcessCollector(source, live.pid, job=job)
