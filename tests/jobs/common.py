@@ -37,17 +37,60 @@ def spin(seconds: float) -> None:
         pass
 
 
+_LEAVES = [0]  # leave() calls in this process: each meets the others under a key of its own
+LEAVE_TIMEOUT_S = 120.0  # s a rank waits for the others to leave
+
+
 def leave() -> None:
-    """The ranks leave gloo together, before the interpreter's exit. Lightning destroys
-    the process group at exit with no barrier; under ddp_spawn a rank that got there
-    first aborted now and then in gloo's teardown ("terminate called without an active
-    exception", SIGABRT) after Trainer.fit had finished: 1 run in 8 with the callback
-    (whose last sample makes rank 0 leave later), 0 in 10 without; 0 in 10 with this.
+    """The ranks leave gloo together, before the interpreter's exit: each meets the others
+    through the job's store, then destroys its process group, rank 0 last.
+
+    Why together: Lightning destroys the group at exit with no barrier; under ddp_spawn
+    a rank that got there first aborted now and then in gloo's teardown ("terminate
+    called without an active exception", SIGABRT) after Trainer.fit had finished: 1 run
+    in 8 with the callback (whose last sample makes rank 0 leave later), 0 in 10 without.
     transformers (4.40, accelerate 0.26) leaves the group to the interpreter's exit, where
-    a torchrun rank aborted the same way (once, in make versions beside the other envs)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    a torchrun rank aborted the same way (once, in make versions beside the other envs).
+
+    Why through the store and not ``dist.barrier()``: gloo's barrier holds the work in
+    flight when it began (the Trainer's last all-gather); it let go of it on gloo's own
+    thread, which then waits for the GIL to free that work's tensors, while the main
+    thread, holding the GIL, freed the DDP model and with it the group, whose destructor
+    waits for that thread: a deadlock (1 torchrun run in 18 beside 4 spinners hung so,
+    gdb: ~ProcessGroupGloo joining pt_gloo_runloop, in ~AsyncBarrierWork,
+    ~AsyncAllgatherWork, take_gil). The store is a socket of its own: no gloo work.
+    The job's store is hosted by the launcher (torchrun) or by rank 0 (Lightning), so
+    rank 0 destroys its group only once every other rank has said it is leaving.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    import datetime
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    _LEAVES[0] += 1
+    met, gone = f"tests/leave/{_LEAVES[0]}/met", f"tests/leave/{_LEAVES[0]}/gone"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+        timeout=datetime.timedelta(seconds=LEAVE_TIMEOUT_S), wait_for_workers=False,
+    )  # fmt: skip
+    store.add(met, 1)
+    _wait_count(store, met, world)
+    if rank != 0:
+        store.add(gone, 1)
+    else:
+        _wait_count(store, gone, world - 1)
+    dist.destroy_process_group()
+
+
+def _wait_count(store: Any, key: str, count: int) -> None:
+    """Wait until the counter ``key`` reaches ``count``; RuntimeError after
+    ``LEAVE_TIMEOUT_S`` s."""
+    deadline = time.monotonic() + LEAVE_TIMEOUT_S
+    while store.add(key, 0) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{key}: {store.add(key, 0)} of {count} ranks after "
+                               f"{LEAVE_TIMEOUT_S:.0f} s")  # fmt: skip
+        time.sleep(0.02)
 
 
 def busy_child() -> subprocess.Popen[bytes]:
