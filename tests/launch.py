@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 TIMEOUT = 300  # s a launch may take (a real 2-node job on a loaded 2-CPU machine)
 ABORT_WAIT_S = 10  # s a hung launch has to print its stacks after SIGABRT
 LAST_CHARS = 12_000  # of a hung launch's output, shown when its test fails
+LAUNCH_MARK = "SYSMETRICS_TEST_LAUNCH"  # in the environment of every process of a launch
 
 
 def free_port() -> int:
@@ -54,49 +56,83 @@ def once(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None
     return folder
 
 
+def marked(name: str, token: str) -> list[int]:
+    """The pids of the live processes (of any parent: orphans too) whose environment holds
+    ``name=token``, this one left out; none where there is no ``/proc``."""
+    tag = f"{name}={token}".encode() + b"\0"
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and entry.name != str(os.getpid()):
+                with contextlib.suppress(OSError):  # gone, or another user's
+                    if tag in (entry / "environ").read_bytes() and not zombie(int(entry.name)):
+                        found.append(int(entry.name))
+    return found
+
+
+def zombie(pid: int) -> bool:
+    """Whether ``pid`` has ended and awaits its reaper (False if it is gone)."""
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    return False
+
+
 def run_all(
     commands: list[tuple[list[str], dict[str, str]]], timeout: float = TIMEOUT
 ) -> list[str]:
     """Run the launches side by side (each ``(argv, env added to os.environ)``), stdout and
     stderr together; fail with the output of one that failed, else return the outputs.
 
-    Each launch waits at most ``timeout`` s. One still running then is stopped with all
-    its processes (each launch is a process group of its own: killing a launcher alone
-    left its ranks running): SIGABRT first, on which Python's ``faulthandler``, enabled
-    in every process of the launch, prints each thread's stack, then SIGKILL; the test
-    fails with the end of that output, which says where it hung.
+    Each launch waits at most ``timeout`` s. One still running then is stopped with every
+    process it started, found by a mark in their environment (``LAUNCH_MARK``): torchrun
+    starts each rank in a session of its own, and a rank outlives a launcher killed
+    alone. They get SIGABRT, on which Python's ``faulthandler``, enabled in every process
+    of the launch, prints each thread's stack, then SIGKILL after ``ABORT_WAIT_S`` s; the
+    test fails with the end of that output, which says where it hung. Whatever a launch
+    left running when it ended is killed too.
     """
+    tokens = [f"{os.getpid()}-{time.monotonic_ns()}-{i}" for i in range(len(commands))]
     procs = [
-        subprocess.Popen(cmd, env={**os.environ, "PYTHONFAULTHANDLER": "1", **env},
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-        for cmd, env in commands
+        subprocess.Popen(cmd, env={**os.environ, "PYTHONFAULTHANDLER": "1",
+                                   LAUNCH_MARK: token, **env},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for (cmd, env), token in zip(commands, tokens)
     ]  # fmt: skip
     outputs = []
     try:
-        for p in procs:
+        for p, token in zip(procs, tokens):
             try:
                 outputs.append(p.communicate(timeout=timeout)[0])
             except subprocess.TimeoutExpired:
-                _signal_group(p, signal.SIGABRT)
-                try:
-                    out = p.communicate(timeout=ABORT_WAIT_S)[0]
-                except subprocess.TimeoutExpired:
-                    _signal_group(p, signal.SIGKILL)
-                    out = p.communicate()[0]
+                out = _stop(p, token)
                 pytest.fail(f"{p.args} was still running after {timeout:.0f} s; stopped. "
                             f"The end of its output:\n{out[-LAST_CHARS:]}")  # fmt: skip
     finally:
-        for p in procs:
-            _signal_group(p, signal.SIGKILL)
+        for p, token in zip(procs, tokens):
+            ended = p.poll() is not None  # reaped: its pid may be another's now
+            _signal([*([] if ended else [p.pid]), *marked(LAUNCH_MARK, token)], signal.SIGKILL)
             p.wait()
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-4000:]
     return outputs
 
 
-def _signal_group(p: subprocess.Popen[str], sig: signal.Signals) -> None:
-    """Send ``sig`` to the launch's process group (its launcher, ranks and their
-    children), which may already be gone."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(p.pid, sig)
+def _stop(p: subprocess.Popen[str], token: str) -> str:
+    """Stop a hung launch: SIGABRT to its processes, SIGKILL to those left after
+    ``ABORT_WAIT_S`` s; its output (a note where it cannot be read to its end)."""
+    _signal([p.pid, *marked(LAUNCH_MARK, token)], signal.SIGABRT)
+    deadline = time.monotonic() + ABORT_WAIT_S
+    while marked(LAUNCH_MARK, token) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _signal([p.pid, *marked(LAUNCH_MARK, token)], signal.SIGKILL)
+    try:
+        return str(p.communicate(timeout=ABORT_WAIT_S)[0])
+    except subprocess.TimeoutExpired:  # a process without the mark holds the pipe
+        return "(its output cannot be read: a process it started without its mark holds it)"
+
+
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    """Send ``sig`` to each of ``pids`` that is still there."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)

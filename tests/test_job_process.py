@@ -23,6 +23,7 @@ import pytest
 from sysmetrics.cgroup import Cgroup
 from sysmetrics.collectors import ProcessCollector
 from sysmetrics.host import HostSource, Job, ProcfsSource, PsutilSource
+from tests import launch
 from tests.test_host_metrics import SPIN_1S, available_cpus, python_child
 
 SOURCES = ["psutil"] + (["procfs"] if ProcfsSource.supported() else [])
@@ -43,20 +44,7 @@ MARK = "SYSMETRICS_TEST_JOB_PROCESS"
 
 def marked(token: str) -> list[int]:
     """The pids of the processes (of any parent) whose environment holds ``MARK=token``."""
-    tag = f"{MARK}={token}".encode() + b"\0"
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and entry.name != str(os.getpid()):
-            with contextlib.suppress(OSError):  # gone, or another user's
-                if tag in (entry / "environ").read_bytes() and not zombie(int(entry.name)):
-                    found.append(int(entry.name))
-    return found
-
-
-def zombie(pid: int) -> bool:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
-    return False
+    return launch.marked(MARK, token)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -56,9 +56,10 @@ def leave() -> None:
     flight when it began (the Trainer's last all-gather); it let go of it on gloo's own
     thread, which then waits for the GIL to free that work's tensors, while the main
     thread, holding the GIL, freed the DDP model and with it the group, whose destructor
-    waits for that thread: a deadlock (1 torchrun run in 18 beside 4 spinners hung so,
+    waits for that thread: a deadlock (1 torchrun run in 25 beside 4 spinners hung so,
     gdb: ~ProcessGroupGloo joining pt_gloo_runloop, in ~AsyncBarrierWork,
-    ~AsyncAllgatherWork, take_gil). The store is a socket of its own: no gloo work.
+    ~AsyncAllgatherWork, take_gil; 0 in 50 with the store). The store is a socket of its
+    own: no gloo work.
     The job's store is hosted by the launcher (torchrun) or by rank 0 (Lightning), so
     rank 0 destroys its group only once every other rank has said it is leaving.
     """
