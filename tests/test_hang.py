@@ -26,7 +26,7 @@ import pytest
 from sysmetrics import SystemMetricsWarning, hang, progress
 from sysmetrics.hang import Frame, HangWatch, Progress, StallClock, Where, classify
 from sysmetrics.steptime import StepClock, StepTotals
-from tests.launch import TIMEOUT, free_port
+from tests.launch import TIMEOUT, free_port, run_all
 
 JOBS = Path(__file__).parent / "jobs"
 
@@ -381,17 +381,18 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
 
 
 def job(tmp_path: Path, mode: str, ranks: int, options: dict[str, Any],
-        sleep: float, samples: int = 96) -> tuple[list[str], str]:  # fmt: skip
-    """Run tests/jobs/hang_job.py; the stall lines rank 0 said, and the job's output."""
+        sleep: float, samples: int = 96) -> list[str]:  # fmt: skip
+    """Run tests/jobs/hang_job.py (:func:`tests.launch.run_all`: a launch that hangs is
+    stopped with its ranks); the stall lines rank 0 said."""
     pytest.importorskip("lightning")
-    env = {**os.environ, "JOB_SLEEP": str(sleep), "MASTER_ADDR": "127.0.0.1",
+    env = {"JOB_SLEEP": str(sleep), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port()), "JOB_SAMPLES": str(samples)}  # fmt: skip
     cmd = [sys.executable, str(JOBS / "hang_job.py"), str(tmp_path), mode, str(ranks),
            json.dumps(options)]  # fmt: skip
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    (output,) = run_all([(cmd, env)])
     said = tmp_path / "said.json"
-    assert said.exists(), (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
-    return json.loads(said.read_text()), p.stderr
+    assert said.exists(), output[-3000:]
+    return list(json.loads(said.read_text()))
 
 
 def stalls(path: Path) -> list[dict[str, Any]]:
@@ -402,8 +403,8 @@ def stalls(path: Path) -> list[dict[str, Any]]:
 @pytest.mark.long
 def test_lightning_one_process_tells_the_stall_where_the_step_sleeps(tmp_path: Path) -> None:
     run_file = tmp_path / "run.jsonl"
-    said, _ = job(tmp_path, "sleep", 1, {"hang_after": 1, "interval": 0.2,
-                                         "run_file": str(run_file)}, sleep=6)  # fmt: skip
+    said = job(tmp_path, "sleep", 1, {"hang_after": 1, "interval": 0.2,
+                                      "run_file": str(run_file)}, sleep=6)  # fmt: skip
     line = re.escape("the training thread is at step 4 at hang_job.py:") + r"\d+ \(training_step\)"
     assert len(said) == 1 and re.fullmatch(r"sysmetrics: no step for \d+ s: " + line, said[0])
     (stall,) = stalls(run_file)
@@ -420,9 +421,9 @@ def test_lightning_a_slow_checkpoint_announced_by_its_hook_is_no_hang(tmp_path: 
     run_file = tmp_path / "run.jsonl"
     # 6 steps, a 5 s save after the 3rd and the 6th: two slow saves, each 5 times the
     # threshold (24 steps, 8 saves, took 45 s of the parallel pass for the same verdict)
-    said, _ = job(tmp_path, "checkpoint", 1, {"hang_after": 1, "interval": 0.2,
-                                              "run_file": str(run_file)}, sleep=5,
-                  samples=24)  # fmt: skip
+    said = job(tmp_path, "checkpoint", 1, {"hang_after": 1, "interval": 0.2,
+                                           "run_file": str(run_file)}, sleep=5,
+               samples=24)  # fmt: skip
     assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) >= 1  # the saves were slow, and done
     assert said == []
     assert stalls(run_file) == []
@@ -435,7 +436,7 @@ def stopped_rank(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], P
     file."""
     out = tmp_path_factory.mktemp("stopped_rank")
     run_file = out / "run.jsonl"
-    said, _ = job(
+    said = job(
         out,
         "stop",
         3,
